@@ -1,0 +1,45 @@
+# What the core needs of one method's config, resolved once per channel and method so that a call costs a
+# dict lookup, not a parse. Status codes become a bit mask (codes are 0..16).
+
+cdef inline unsigned int code_mask(codes) except? 0:
+    cdef unsigned int mask = 0
+    cdef int code
+    for code in codes:
+        if code < 0 or code > 31:
+            raise ValueError(f"status code out of range: {code}")
+        mask |= 1u << code
+    return mask
+
+
+cdef class CallPolicy:
+    """Retry settings of one method. max_attempts 1 means: no retries (a plain call)."""
+
+    cdef readonly int max_attempts
+    cdef readonly double initial_backoff
+    cdef readonly double max_backoff
+    cdef readonly double backoff_multiplier
+    cdef readonly unsigned int retryable_mask
+    cdef readonly double timeout
+    cdef readonly object wait_for_ready
+
+    def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
+                 double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),
+                 wait_for_ready=None):
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.max_attempts = max_attempts
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.backoff_multiplier = backoff_multiplier
+        self.retryable_mask = code_mask(retryable_codes)
+        self.timeout = timeout
+        self.wait_for_ready = wait_for_ready
+
+    def is_retryable(self, int code):
+        return 0 <= code < 32 and (self.retryable_mask >> code) & 1 == 1
+
+    def __repr__(self):
+        return (f"CallPolicy(max_attempts={self.max_attempts}, initial_backoff={self.initial_backoff}, "
+                f"max_backoff={self.max_backoff}, backoff_multiplier={self.backoff_multiplier}, "
+                f"retryable_mask={self.retryable_mask:#x}, timeout={self.timeout}, "
+                f"wait_for_ready={self.wait_for_ready})")

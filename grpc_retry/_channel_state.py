@@ -1,0 +1,74 @@
+"""What one grpc_retry channel shares among its calls, sync or aio: options, per-method policies, the
+channel-wide replay budget, and the throttle of its server name."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+from typing import Dict, Optional, Tuple
+
+from grpc_retry._config import RetryThrottling
+from grpc_retry._core import BufferPool, CallPolicy, RetryThrottle
+from grpc_retry._options import OptionsType, RetryOptions, parse_options
+
+log = logging.getLogger("grpc_retry")
+
+_NO_RETRY = CallPolicy()
+
+# A6: throttling is per server name, shared by every channel to it. Keyed by target and settings, so that a
+# channel with other settings gets its own bucket.
+_throttles: Dict[Tuple[str, int, int], RetryThrottle] = {}
+_throttles_lock = threading.Lock()
+
+
+def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[RetryThrottle]:
+    if settings is None:
+        return None
+    key = (target, settings.max_milli_tokens, settings.milli_token_ratio)
+    with _throttles_lock:
+        throttle = _throttles.get(key)
+        if throttle is None:
+            throttle = _throttles[key] = RetryThrottle(settings.max_milli_tokens, settings.milli_token_ratio)
+        return throttle
+
+
+class ChannelState:
+    __slots__ = ("target", "options", "pool", "throttle", "rng", "_policies")
+
+    def __init__(self, target: str, options: OptionsType):
+        if not isinstance(target, str) or not target:
+            raise ValueError(f"target must be a non-empty string, got {target!r}")
+        self.target = target
+        self.options: RetryOptions = parse_options(options)
+        self.pool = BufferPool(self.options.channel_buffer)
+        self.throttle = throttle_for(target, self.options.service_config.retry_throttling)
+        self.rng = random.random
+        self._policies: Dict[str, CallPolicy] = {}
+
+    def policy(self, method: str) -> CallPolicy:
+        """The core's view of `method`'s config (cached: one parse per method and channel)."""
+        policy = self._policies.get(method)
+        if policy is None:
+            policy = self._policies[method] = self._resolve(method)
+        return policy
+
+    def _resolve(self, method: str) -> CallPolicy:
+        mc = self.options.service_config.method_config(method)
+        if mc is None:
+            return _NO_RETRY
+        timeout = mc.timeout if mc.timeout is not None else math.inf
+        rp = mc.retry_policy if self.options.enable_retries else None
+        if rp is None:
+            # Hedging policies are parsed and validated; until hedging runs they behave as plain calls.
+            return CallPolicy(timeout=timeout, wait_for_ready=mc.wait_for_ready)
+        return CallPolicy(
+            max_attempts=rp.max_attempts,
+            initial_backoff=rp.initial_backoff,
+            max_backoff=rp.max_backoff,
+            backoff_multiplier=rp.backoff_multiplier,
+            retryable_codes=rp.retryable_status_codes,
+            timeout=timeout,
+            wait_for_ready=mc.wait_for_ready,
+        )

@@ -1,0 +1,78 @@
+"""Channel options: the ones grpc_retry owns are validated and taken out; all others go to the subchannels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+from grpc_retry._config import ServiceConfig, parse_service_config
+
+SERVICE_CONFIG = "grpc.service_config"
+ENABLE_RETRIES = "grpc.enable_retries"
+PER_RPC_BUFFER = "grpc.per_rpc_retry_buffer_size"
+CHANNEL_BUFFER = "grpc_retry.retry_buffer_size"
+MAX_ATTEMPTS = "grpc_retry.max_attempts"
+LB_POLICY = "grpc.lb_policy_name"
+
+DEFAULT_PER_RPC_BUFFER = 256 * 1024
+DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
+DEFAULT_MAX_ATTEMPTS = 5
+LB_POLICIES = ("pick_first", "round_robin")
+
+OptionsType = Optional[Sequence[Tuple[str, Any]]]
+
+
+@dataclass(frozen=True)
+class RetryOptions:
+    service_config: ServiceConfig
+    enable_retries: bool
+    per_rpc_buffer: int
+    channel_buffer: int
+    max_attempts: int
+    lb_policy: str
+    passthrough: Tuple[Tuple[str, Any], ...]
+
+
+def _int_option(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"channel option {name}: must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"channel option {name}: must be at least {minimum}, got {value}")
+    return value
+
+
+def parse_options(options: OptionsType) -> RetryOptions:
+    """Split `options` into grpc_retry's settings and the rest; raise ValueError naming a bad option."""
+    ours: dict = {}
+    rest = []
+    for item in options or ():
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise ValueError(f"channel options must be (name, value) pairs, got {item!r}") from None
+        if name in (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, CHANNEL_BUFFER, MAX_ATTEMPTS, LB_POLICY):
+            ours[name] = value  # as in grpcio, the last value given wins
+        else:
+            rest.append((name, value))
+
+    enable = ours.get(ENABLE_RETRIES, 1)
+    if enable not in (0, 1) or not isinstance(enable, int):
+        raise ValueError(f"channel option {ENABLE_RETRIES}: must be 0 or 1, got {enable!r}")
+    per_rpc = _int_option(PER_RPC_BUFFER, ours.get(PER_RPC_BUFFER, DEFAULT_PER_RPC_BUFFER), 0)
+    channel = _int_option(CHANNEL_BUFFER, ours.get(CHANNEL_BUFFER, DEFAULT_CHANNEL_BUFFER), 0)
+    cap = _int_option(MAX_ATTEMPTS, ours.get(MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS), 1)
+
+    text = ours.get(SERVICE_CONFIG)
+    if text is not None and not isinstance(text, (str, bytes)):
+        raise ValueError(f"channel option {SERVICE_CONFIG}: must be a JSON string, got {type(text).__name__}")
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    config = parse_service_config(text, max_attempts_cap=cap)
+
+    lb = ours.get(LB_POLICY)
+    if lb is not None and lb not in LB_POLICIES:
+        raise ValueError(f"channel option {LB_POLICY}: must be one of {', '.join(LB_POLICIES)}, got {lb!r}")
+    # The service config's choice wins over the channel option, as in gRPC.
+    lb_policy = config.lb_policy or lb or "pick_first"
+
+    return RetryOptions(config, bool(enable), per_rpc, channel, cap, lb_policy, tuple(rest))

@@ -1,0 +1,617 @@
+"""The asyncio driver: grpc.aio call objects whose attempts are plain grpc.aio calls on a subchannel.
+
+Each logical call owns a RetryCall (the compiled core) and runs it. To keep the happy path cheap, nothing
+extra is scheduled per call: the attempt is started when the call is created, and whoever awaits the call
+(or reads from it) drives the retries inline. A background task is started only when nobody awaits but
+somebody must (add_done_callback). Attempts send and receive bytes; the application's serializer runs once
+per message, its deserializer once per delivered response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import monotonic
+from typing import Any, AsyncIterator, Callable, List, Optional
+
+import grpc
+from grpc.aio import AioRpcError, Metadata, _base_call
+
+from grpc_retry._core import RETRY, RetryCall
+
+log = logging.getLogger("grpc_retry")
+
+PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
+_CANCELLED_DETAILS = "Locally cancelled by application!"
+_DEADLINE_DETAILS = "Deadline Exceeded"
+_EOF = grpc.aio.EOF
+_INF = float("inf")
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _trailing_with_attempts(trailing: Optional[Metadata], previous: int) -> Metadata:
+    pairs = tuple(trailing) if trailing else ()
+    return Metadata(*pairs, (PREVIOUS_ATTEMPTS, str(previous)))
+
+
+class _RetryingCall:
+    """State and status plumbing shared by the four cardinalities."""
+
+    __slots__ = (
+        "_core", "_state", "_multicallable", "_metadata", "_credentials", "_wait_for_ready", "_compression",
+        "_deserializer", "_attempt", "_done", "_code", "_details", "_initial", "_trailing", "_error",
+        "_callbacks", "_driving", "_waiter", "_sleep", "_loop", "_task", "__weakref__",
+    )
+
+    def __init__(self, state, multicallable, core: RetryCall, metadata, credentials, wait_for_ready,
+                 compression, deserializer):
+        self._core = core
+        self._state = state
+        self._multicallable = multicallable
+        self._metadata = tuple(metadata) if metadata else ()
+        self._credentials = credentials
+        self._wait_for_ready = wait_for_ready
+        self._compression = compression
+        self._deserializer = deserializer
+        self._attempt = None
+        self._done = False
+        self._code: Optional[grpc.StatusCode] = None
+        self._details = None
+        self._initial = None
+        self._trailing = None
+        self._error: Optional[BaseException] = None
+        self._callbacks: Optional[List[Callable]] = None
+        self._driving = False
+        self._waiter: Optional[asyncio.Future] = None
+        self._sleep: Optional[asyncio.Future] = None
+        self._loop = asyncio.get_running_loop()
+        self._task: Optional[asyncio.Task] = None
+
+    # -- attempts ---------------------------------------------------------------------------------------
+
+    def _attempt_args(self):
+        """(metadata, timeout) for the next attempt, or None when the deadline has passed."""
+        now = monotonic()
+        previous = self._core.begin_attempt(now)
+        if previous < 0:
+            return None
+        metadata = self._metadata if previous == 0 else self._metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
+        deadline = self._core.deadline
+        return metadata, (None if deadline == _INF else deadline - now)
+
+    async def _backoff(self) -> bool:
+        """Sleep the core's delay, then count the next attempt. False when the call ended meanwhile."""
+        delay = self._core.delay
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %x: attempt %d failed, retrying in %.3fs", id(self), self._core.attempts, delay)
+        if delay > 0:
+            sleep = self._sleep = self._loop.create_future()
+            handle = self._loop.call_later(delay, _wake, sleep)
+            try:
+                await sleep
+            finally:
+                handle.cancel()
+                self._sleep = None
+        if self._done:
+            raise asyncio.CancelledError()
+        return True
+
+    # -- ending -----------------------------------------------------------------------------------------
+
+    def _finish(self, code: grpc.StatusCode, details, initial, trailing, error: Optional[BaseException]):
+        if self._done:
+            return
+        self._done = True
+        self._core.finish()
+        self._code, self._details, self._initial, self._trailing, self._error = (
+            code, details, initial, trailing, error)
+        self._wake_waiters()
+        callbacks = self._callbacks
+        if callbacks:
+            self._callbacks = None
+            for callback in callbacks:
+                try:
+                    callback(self)
+                except Exception:  # a callback's failure must not break the call
+                    log.exception("done callback of %r failed", self)
+
+    def _finish_from_error(self, error: AioRpcError):
+        """End with the status of `error`, the attempt whose result is returned."""
+        previous = self._core.attempts - 1
+        trailing = error.trailing_metadata()
+        if previous > 0:
+            trailing = _trailing_with_attempts(trailing, previous)
+            error = AioRpcError(error.code(), error.initial_metadata(), trailing, error.details(),
+                                error.debug_error_string())
+        self._finish(error.code(), error.details(), error.initial_metadata(), trailing, error)
+
+    def _finish_local(self, code: grpc.StatusCode, details: str):
+        """End with a status that no server sent: deadline, cancellation, client-side failures."""
+        initial, trailing = Metadata(), Metadata()
+        error = AioRpcError(code, initial, trailing, details, None)
+        if self._attempt is not None:
+            self._attempt.cancel()
+        self._finish(code, details, initial, trailing, error)
+
+    async def _finish_ok(self, attempt):
+        previous = self._core.attempts - 1
+        trailing = await attempt.trailing_metadata()
+        if previous > 0:
+            trailing = _trailing_with_attempts(trailing, previous)
+        self._finish(grpc.StatusCode.OK, await attempt.details(), await attempt.initial_metadata(), trailing,
+                     None)
+
+    def _wake_waiters(self):
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait_driver(self):
+        """Wait until whoever drives the call stops (the call ended, or a streaming call committed)."""
+        if self._waiter is None:
+            self._waiter = self._loop.create_future()
+        await asyncio.shield(self._waiter)
+
+    async def _settle(self):
+        """Drive the call to its end if nobody else is, else wait for whoever is."""
+        while not self._done:
+            if self._driving:
+                await self._wait_driver()
+            else:
+                await self._drive()
+
+    async def _drive(self):  # overridden
+        raise NotImplementedError
+
+    def _ensure_driver(self):
+        if not self._done and not self._driving and self._task is None:
+            self._task = self._loop.create_task(self._drive_quietly())
+
+    async def _drive_quietly(self):
+        try:
+            await self._settle()
+        except BaseException:  # the outcome is recorded on the call; the task itself has no reader
+            pass
+
+    def _on_driver_cancelled(self):
+        """The task driving this call was cancelled: as in grpc.aio, that cancels the call."""
+        if not self._done:
+            self.cancel()
+
+    # -- grpc.aio.Call API ------------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        if self._done:
+            return False
+        if self._sleep is not None and not self._sleep.done():
+            self._sleep.cancel()
+        self._finish_local(grpc.StatusCode.CANCELLED, _CANCELLED_DETAILS)
+        return True
+
+    def cancelled(self) -> bool:
+        return self._code == grpc.StatusCode.CANCELLED
+
+    def done(self) -> bool:
+        return self._done
+
+    def add_done_callback(self, callback: Callable) -> None:
+        if self._done:
+            callback(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+        self._ensure_driver()
+
+    def time_remaining(self) -> Optional[float]:
+        deadline = self._core.deadline
+        return None if deadline == _INF else max(deadline - monotonic(), 0.0)
+
+    async def initial_metadata(self) -> Optional[Metadata]:
+        await self._settle_headers()
+        if self._done:
+            return self._initial
+        return await self._attempt.initial_metadata()
+
+    async def _settle_headers(self):
+        # Unary responses: headers arrive with the status, so the whole call is settled.
+        await self._settle()
+
+    async def trailing_metadata(self) -> Optional[Metadata]:
+        await self._settle()
+        return self._trailing
+
+    async def code(self) -> grpc.StatusCode:
+        await self._settle()
+        return self._code
+
+    async def details(self) -> str:
+        await self._settle()
+        return self._details
+
+    async def debug_error_string(self) -> Optional[str]:
+        await self._settle()
+        return self._error.debug_error_string() if isinstance(self._error, AioRpcError) else None
+
+    async def wait_for_connection(self) -> None:
+        if self._attempt is not None and not self._done:
+            await self._attempt.wait_for_connection()
+
+    def _raise_if_failed(self):
+        if self._error is not None:
+            if self._code == grpc.StatusCode.CANCELLED and self._details == _CANCELLED_DETAILS:
+                raise asyncio.CancelledError()
+            raise self._error
+
+    def __repr__(self):
+        return f"<{type(self).__name__} done={self._done} code={self._code} core={self._core!r}>"
+
+
+def _wake(future: asyncio.Future):
+    if not future.done():
+        future.set_result(None)
+
+
+class _UnaryResponse(_RetryingCall):
+    """Calls with one response (unary-unary, stream-unary): an attempt's whole result arrives at once."""
+
+    __slots__ = ("_response",)
+
+    def __await__(self):
+        return self._result().__await__()
+
+    async def _result(self):
+        await self._settle()
+        self._raise_if_failed()
+        return self._response
+
+    async def _drive(self):
+        self._driving = True
+        core = self._core
+        try:
+            while not self._done:
+                attempt = self._attempt
+                try:
+                    response = await attempt
+                except AioRpcError as error:
+                    if self._done:
+                        break
+                    # A unary attempt's headers arrive with its status. Metadata in them means the server
+                    # sent real headers (committed); none is taken for Trailers-Only (see README).
+                    if error.initial_metadata():
+                        core.on_headers()
+                    if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
+                        if await self._backoff() and not self._start_attempt():
+                            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                        continue
+                    self._finish_from_error(error)
+                    break
+                except asyncio.CancelledError:
+                    self._on_driver_cancelled()
+                    raise
+                core.on_status(0, None, 0.0)
+                if self._deserializer is not None:
+                    try:
+                        response = self._deserializer(response)
+                    except Exception:
+                        log.exception("response deserializer failed")
+                        self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+                        break
+                self._response = response
+                await self._finish_ok(attempt)
+        finally:
+            self._driving = False
+            self._wake_waiters()
+
+    def _start_attempt(self) -> bool:  # overridden
+        raise NotImplementedError
+
+
+class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
+    __slots__ = ("_request",)
+
+    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
+                 compression, deserializer):
+        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
+                         deserializer)
+        self._request = request
+        self._response = None
+        if request is None:  # the serializer raised: fail this call only
+            self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+            return
+        core.add_message(request)
+        core.close_send()
+        if not self._start_attempt():
+            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+
+    def _start_attempt(self) -> bool:
+        args = self._attempt_args()
+        if args is None:
+            return False
+        self._attempt = self._multicallable(
+            self._request, timeout=args[1], metadata=args[0], credentials=self._credentials,
+            wait_for_ready=self._wait_for_ready, compression=self._compression)
+        return True
+
+
+class _StreamResponse(_RetryingCall):
+    """Calls with a response stream (unary-stream, stream-stream): commit on headers, then proxy reads."""
+
+    __slots__ = ()
+
+    async def _settle_headers(self):
+        while not self._done and not self._core.committed:
+            if self._driving:
+                await self._wait_driver()
+            else:
+                await self._drive()
+
+    async def _drive(self):
+        """Run attempts until one commits (real headers) or the call ends."""
+        self._driving = True
+        core = self._core
+        try:
+            while not self._done and not core.committed:
+                attempt = self._attempt
+                try:
+                    await attempt.initial_metadata()
+                    if not attempt.done():
+                        core.on_headers()  # real headers: commit to this attempt
+                        break
+                    code = await attempt.code()
+                    if self._done:
+                        break
+                    trailing = await attempt.trailing_metadata()
+                    if core.on_status(code.value[0], trailing, monotonic()) == RETRY:
+                        if await self._backoff() and not self._start_attempt():
+                            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                        continue
+                    await self._finish_attempt(attempt)
+                except asyncio.CancelledError:
+                    self._on_driver_cancelled()
+                    raise
+        finally:
+            self._driving = False
+            self._wake_waiters()
+
+    async def _drain_status(self):
+        attempt = self._attempt
+        try:
+            await attempt.code()
+        except asyncio.CancelledError:
+            self._on_driver_cancelled()
+            raise
+        if not self._done:
+            await self._finish_attempt(attempt)
+
+    async def _finish_attempt(self, attempt):
+        code = await attempt.code()
+        if code == grpc.StatusCode.OK:
+            await self._finish_ok(attempt)
+        else:
+            self._finish_from_error(AioRpcError(
+                code, await attempt.initial_metadata(), await attempt.trailing_metadata(),
+                await attempt.details(), await attempt.debug_error_string()))
+
+    async def _settle(self):
+        # The end of a streaming call is the end of its committed attempt.
+        while not self._done:
+            if self._driving:
+                await self._wait_driver()
+            elif not self._core.committed:
+                await self._drive()
+            else:
+                await self._drain_status()
+
+    async def read(self) -> Any:
+        if not self._done and not self._core.committed:
+            await self._settle_headers()
+        if self._done:
+            self._raise_if_failed()
+            return _EOF
+        attempt = self._attempt
+        try:
+            message = await attempt.read()
+        except AioRpcError as error:
+            if not self._done:
+                self._finish_from_error(error)
+            self._raise_if_failed()
+            raise
+        except asyncio.CancelledError:
+            self._on_driver_cancelled()
+            raise
+        if message is _EOF:
+            if not self._done:
+                await self._finish_attempt(attempt)
+            self._raise_if_failed()
+            return _EOF
+        if self._deserializer is not None:
+            try:
+                return self._deserializer(message)
+            except Exception:
+                log.exception("response deserializer failed")
+                self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+                self._raise_if_failed()
+        return message
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self):
+        while True:
+            message = await self.read()
+            if message is _EOF:
+                return
+            yield message
+
+
+class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
+    __slots__ = ("_request",)
+
+    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
+                 compression, deserializer):
+        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
+                         deserializer)
+        self._request = request
+        if request is None:  # the serializer raised: fail this call only
+            self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+            return
+        core.add_message(request)
+        core.close_send()
+        if not self._start_attempt():
+            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+
+    def _start_attempt(self) -> bool:
+        args = self._attempt_args()
+        if args is None:
+            return False
+        self._attempt = self._multicallable(
+            self._request, timeout=args[1], metadata=args[0], credentials=self._credentials,
+            wait_for_ready=self._wait_for_ready, compression=self._compression)
+        return True
+
+
+class _StreamRequest:
+    """Mixin for calls with a request stream: the application's messages go through the core's replay
+    buffer; each attempt has a writer that replays what is buffered, then follows new messages."""
+
+    __slots__ = ()
+
+    def _init_requests(self, request_iterator, serializer):
+        self._serializer = serializer
+        self._more = asyncio.Event()
+        self._iterator_given = request_iterator is not None
+        self._consumer = None
+        self._writer = None
+        if request_iterator is not None:
+            self._consumer = self._loop.create_task(self._consume(request_iterator))
+
+    def _start_attempt(self) -> bool:
+        args = self._attempt_args()
+        if args is None:
+            return False
+        if self._writer is not None:
+            self._writer.cancel()
+        attempt = self._attempt = self._multicallable(
+            None, timeout=args[1], metadata=args[0], credentials=self._credentials,
+            wait_for_ready=self._wait_for_ready, compression=self._compression)
+        self._writer = self._loop.create_task(self._write_attempt(attempt))
+        return True
+
+    async def _write_attempt(self, attempt):
+        core = self._core
+        sent = 0
+        try:
+            while True:
+                replay = core.replay
+                index = sent - core.replay_base
+                if index < len(replay):
+                    await attempt.write(replay[index])
+                    sent += 1
+                    if core.committed:
+                        core.trim_sent(sent)
+                    continue
+                if core.half_closed:
+                    await attempt.done_writing()
+                    return
+                self._more.clear()
+                await self._more.wait()
+        except (asyncio.CancelledError, asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
+            return  # the attempt ended; its status decides what happens next
+
+    def _queue(self, message) -> None:
+        if self._done:
+            return
+        try:
+            data = self._serializer(message) if self._serializer is not None else message
+        except Exception:
+            log.exception("request serializer failed")
+            self._fail_requests(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+            return
+        self._core.add_message(data)
+        self._more.set()
+
+    def _close_requests(self) -> None:
+        self._core.close_send()
+        self._more.set()
+
+    def _fail_requests(self, code, details):
+        self._finish_local(code, details)
+        if self._writer is not None:
+            self._writer.cancel()
+
+    async def _consume(self, request_iterator):
+        try:
+            if hasattr(request_iterator, "__aiter__"):
+                async for message in request_iterator:
+                    self._queue(message)
+                    if self._done:
+                        return
+            else:
+                for message in request_iterator:
+                    self._queue(message)
+                    if self._done:
+                        return
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("request iterator failed")
+            self._fail_requests(grpc.StatusCode.UNKNOWN, "Exception iterating requests!")
+            return
+        self._close_requests()
+
+    async def write(self, request) -> None:
+        if self._iterator_given:
+            raise grpc.aio.UsageError("write() is not allowed with a request iterator")
+        if self._core.half_closed:
+            raise grpc.aio.UsageError("write() after done_writing()")
+        if self._done:
+            self._raise_if_failed()
+            raise asyncio.InvalidStateError("RPC already finished")
+        self._queue(request)
+
+    async def done_writing(self) -> None:
+        if self._iterator_given:
+            raise grpc.aio.UsageError("done_writing() is not allowed with a request iterator")
+        if not self._core.half_closed:
+            self._close_requests()
+
+    def _stop_requests(self):
+        for task in (self._consumer, self._writer):
+            if task is not None and not task.done():
+                task.cancel()
+
+
+class StreamUnaryCall(_StreamRequest, _UnaryResponse, _base_call.StreamUnaryCall):
+    __slots__ = ("_serializer", "_more", "_iterator_given", "_consumer", "_writer")
+
+    def __init__(self, state, multicallable, core, request_iterator, serializer, metadata, credentials,
+                 wait_for_ready, compression, deserializer):
+        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
+                         deserializer)
+        self._response = None
+        self._init_requests(request_iterator, serializer)
+        if not self._start_attempt():
+            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+
+    def _finish(self, *args):
+        super()._finish(*args)
+        self._stop_requests()
+
+
+class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamCall):
+    __slots__ = ("_serializer", "_more", "_iterator_given", "_consumer", "_writer")
+
+    def __init__(self, state, multicallable, core, request_iterator, serializer, metadata, credentials,
+                 wait_for_ready, compression, deserializer):
+        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
+                         deserializer)
+        self._init_requests(request_iterator, serializer)
+        if not self._start_attempt():
+            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+
+    def _finish(self, *args):
+        super()._finish(*args)
+        self._stop_requests()

@@ -1,0 +1,271 @@
+"""grpc_retry.aio channels: grpc.aio.Channel's interface over a subchannel whose own retries are off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from time import monotonic
+from typing import Any, Optional, Sequence
+
+import grpc
+from grpc.aio import _base_channel
+from grpc.aio._interceptor import (
+    ClientInterceptor,
+    InterceptedStreamStreamCall,
+    InterceptedStreamUnaryCall,
+    InterceptedUnaryStreamCall,
+    InterceptedUnaryUnaryCall,
+    StreamStreamClientInterceptor,
+    StreamUnaryClientInterceptor,
+    UnaryStreamClientInterceptor,
+    UnaryUnaryClientInterceptor,
+)
+
+from grpc_retry._channel_state import ChannelState
+from grpc_retry._core import RetryCall
+from grpc_retry._options import OptionsType
+from grpc_retry.aio import _call
+
+log = logging.getLogger("grpc_retry")
+
+_INF = math.inf
+
+
+class _MultiCallable:
+    """One method of the channel: resolves its policy once, then makes calls."""
+
+    __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy",
+                 "_interceptors")
+
+    def __init__(self, channel: "Channel", method: str, serializer, deserializer, kind: str, interceptors):
+        self._channel = channel
+        self._state = channel._state
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._policy = self._state.policy(method)
+        # Attempts carry bytes: the application's (de)serializers run once per message, here.
+        self._inner = getattr(channel._subchannel, kind)(method)
+        self._interceptors = interceptors
+
+    def _core(self, timeout: Optional[float]) -> RetryCall:
+        state = self._state
+        policy = self._policy
+        limit = policy.timeout
+        if timeout is not None and timeout < limit:
+            limit = timeout
+        deadline = _INF if limit == _INF else monotonic() + limit
+        return RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline, state.rng,
+                         state.options.enable_retries)
+
+    def _wait_for_ready(self, wait_for_ready):
+        return self._policy.wait_for_ready if wait_for_ready is None else wait_for_ready
+
+    def _serialize(self, request):
+        """The request's bytes, or None if the serializer failed (the call then fails INTERNAL)."""
+        if self._serializer is None:
+            return request
+        try:
+            return self._serializer(request)
+        except Exception:
+            log.exception("request serializer failed")
+            return None
+
+
+class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
+                 compression=None):
+        if self._interceptors:
+            return _InterceptedUnaryUnary(self, request, timeout, metadata, credentials, wait_for_ready,
+                                          compression)
+        return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+        call = _call.UnaryUnaryCall(self._state, self._inner, self._core(timeout), self._serialize(request),
+                                    metadata, credentials,
+                                    self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+        return call
+
+
+class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
+                 compression=None):
+        if self._interceptors:
+            return _InterceptedUnaryStream(self, request, timeout, metadata, credentials, wait_for_ready,
+                                           compression)
+        return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+        call = _call.UnaryStreamCall(self._state, self._inner, self._core(timeout), self._serialize(request),
+                                    metadata, credentials,
+                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+        return call
+
+
+class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request_iterator=None, timeout=None, metadata=None, credentials=None,
+                 wait_for_ready=None, compression=None):
+        if self._interceptors:
+            return _InterceptedStreamUnary(self, request_iterator, timeout, metadata, credentials,
+                                           wait_for_ready, compression)
+        return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+        return _call.StreamUnaryCall(self._state, self._inner, self._core(timeout), request_iterator,
+                                     self._serializer, metadata, credentials,
+                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+
+
+class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request_iterator=None, timeout=None, metadata=None, credentials=None,
+                 wait_for_ready=None, compression=None):
+        if self._interceptors:
+            return _InterceptedStreamStream(self, request_iterator, timeout, metadata, credentials,
+                                            wait_for_ready, compression)
+        return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+        return _call.StreamStreamCall(self._state, self._inner, self._core(timeout), request_iterator,
+                                      self._serializer, metadata, credentials,
+                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+
+
+# -- client interceptors ---------------------------------------------------------------------------------
+# grpc.aio runs interceptors above its own call objects; we reuse its interceptor machinery and put a
+# grpc_retry call at the bottom of the chain, so interceptors see one logical call, not each attempt.
+
+
+def _terminal(base):
+    class Intercepted(base):
+        def __init__(self, multicallable, request, timeout, metadata, credentials, wait_for_ready,
+                     compression):
+            self._retry_multicallable = multicallable
+            self._retry_compression = compression
+            super().__init__(multicallable._interceptors, request, timeout, metadata, credentials,
+                             wait_for_ready, None, multicallable._method, None, None,
+                             asyncio.get_running_loop())
+
+        async def _run_interceptor(self, interceptors, method, request_serializer, response_deserializer,
+                                   client_call_details, request):
+            if interceptors:
+                return await super()._run_interceptor(interceptors, method, request_serializer,
+                                                      response_deserializer, client_call_details, request)
+            details = client_call_details
+            return self._retry_multicallable._make(request, details.timeout, details.metadata,
+                                                   details.credentials, details.wait_for_ready,
+                                                   self._retry_compression)
+
+        def time_remaining(self):
+            return None
+
+    Intercepted.__name__ = base.__name__
+    return Intercepted
+
+
+_InterceptedUnaryUnary = _terminal(InterceptedUnaryUnaryCall)
+_InterceptedUnaryStream = _terminal(InterceptedUnaryStreamCall)
+_InterceptedStreamUnary = _terminal(InterceptedStreamUnaryCall)
+_InterceptedStreamStream = _terminal(InterceptedStreamStreamCall)
+
+
+class Channel(_base_channel.Channel):
+    """A grpc.aio.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
+
+    def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]):
+        self._state = ChannelState(target, options)
+        self._interceptors = {kind: [] for kind in ("unary_unary", "unary_stream", "stream_unary",
+                                                    "stream_stream")}
+        for interceptor in interceptors or ():
+            matched = False
+            for kind, cls in (("unary_unary", UnaryUnaryClientInterceptor),
+                              ("unary_stream", UnaryStreamClientInterceptor),
+                              ("stream_unary", StreamUnaryClientInterceptor),
+                              ("stream_stream", StreamStreamClientInterceptor)):
+                if isinstance(interceptor, cls):
+                    self._interceptors[kind].append(interceptor)
+                    matched = True
+            if not matched:
+                raise ValueError(f"interceptor must be a grpc.aio client interceptor, got {interceptor!r}")
+        # C-core's own retries are off: grpc_retry alone retries, so attempts are never multiplied.
+        sub_options = list(self._state.options.passthrough) + [("grpc.enable_retries", 0)]
+        if credentials is None:
+            self._subchannel = grpc.aio.insecure_channel(target, options=sub_options, compression=compression)
+        else:
+            self._subchannel = grpc.aio.secure_channel(target, credentials, options=sub_options,
+                                                       compression=compression)
+
+    # -- multicallables ---------------------------------------------------------------------------------
+
+    def unary_unary(self, method: str, request_serializer=None, response_deserializer=None,
+                    _registered_method: Optional[bool] = False) -> UnaryUnaryMultiCallable:
+        return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer, "unary_unary",
+                                       self._interceptors["unary_unary"])
+
+    def unary_stream(self, method: str, request_serializer=None, response_deserializer=None,
+                     _registered_method: Optional[bool] = False) -> UnaryStreamMultiCallable:
+        return UnaryStreamMultiCallable(self, method, request_serializer, response_deserializer,
+                                        "unary_stream", self._interceptors["unary_stream"])
+
+    def stream_unary(self, method: str, request_serializer=None, response_deserializer=None,
+                     _registered_method: Optional[bool] = False) -> StreamUnaryMultiCallable:
+        return StreamUnaryMultiCallable(self, method, request_serializer, response_deserializer,
+                                        "stream_unary", self._interceptors["stream_unary"])
+
+    def stream_stream(self, method: str, request_serializer=None, response_deserializer=None,
+                      _registered_method: Optional[bool] = False) -> StreamStreamMultiCallable:
+        return StreamStreamMultiCallable(self, method, request_serializer, response_deserializer,
+                                         "stream_stream", self._interceptors["stream_stream"])
+
+    # -- connectivity and lifetime ----------------------------------------------------------------------
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self._subchannel.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self._subchannel.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self._subchannel.channel_ready()
+
+    async def close(self, grace: Optional[float] = None) -> None:
+        await self._subchannel.close(grace)
+
+    async def __aenter__(self) -> "Channel":
+        return self
+
+    async def __aexit__(self, exc_type, exc_val, exc_tb) -> None:
+        await self.close(None)
+
+    @property
+    def throttle_tokens(self) -> Optional[float]:
+        """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""
+        throttle = self._state.throttle
+        return None if throttle is None else throttle.tokens
+
+
+def insecure_channel(target: str, options: OptionsType = None, compression: Optional[grpc.Compression] = None,
+                     interceptors: Optional[Sequence[ClientInterceptor]] = None) -> Channel:
+    """Like grpc.aio.insecure_channel, with grpc_retry doing the retries."""
+    return Channel(target, options, None, compression, interceptors)
+
+
+def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: OptionsType = None,
+                   compression: Optional[grpc.Compression] = None,
+                   interceptors: Optional[Sequence[ClientInterceptor]] = None) -> Channel:
+    """Like grpc.aio.secure_channel, with grpc_retry doing the retries."""
+    if credentials is None:
+        raise ValueError("secure_channel needs credentials")
+    return Channel(target, options, credentials, compression, interceptors)
+
+
+__all__: Sequence[Any] = ["Channel", "insecure_channel", "secure_channel"]
