@@ -337,9 +337,9 @@ class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
 
 
 class _StreamResponse(_RetryingCall):
-    """Calls with a response stream (unary-stream, stream-stream): commit on headers, then proxy reads."""
+    """Calls with a response stream (unary-stream, stream-stream): commit, then proxy reads."""
 
-    __slots__ = ()
+    __slots__ = ("_peeked",)
 
     async def _settle_headers(self):
         while not self._done and not self._core.committed:
@@ -349,20 +349,29 @@ class _StreamResponse(_RetryingCall):
                 await self._drive()
 
     async def _drive(self):
-        """Run attempts until one commits (real headers) or the call ends."""
+        """Run attempts until one commits or the call ends. An attempt commits with its first response
+        message, or with headers that carry metadata; one that ends before either is taken as Trailers-Only
+        (grpcio cannot tell an empty header frame apart, and timing would be a guess)."""
         self._driving = True
         core = self._core
         try:
             while not self._done and not core.committed:
                 attempt = self._attempt
                 try:
-                    await attempt.initial_metadata()
-                    if not attempt.done():
-                        core.on_headers()  # real headers: commit to this attempt
-                        break
-                    code = await attempt.code()
+                    try:
+                        message = await attempt.read()
+                    except AioRpcError:
+                        message = _EOF
                     if self._done:
                         break
+                    if message is not _EOF:
+                        self._peeked = message
+                        core.on_headers()
+                        break
+                    if await attempt.initial_metadata():
+                        core.on_headers()
+                        break
+                    code = await attempt.code()
                     trailing = await attempt.trailing_metadata()
                     if core.on_status(code.value[0], trailing, monotonic()) == RETRY:
                         if await self._backoff() and not self._start_attempt():
@@ -412,8 +421,12 @@ class _StreamResponse(_RetryingCall):
             self._raise_if_failed()
             return _EOF
         attempt = self._attempt
+        message = self._peeked
         try:
-            message = await attempt.read()
+            if message is None:
+                message = await attempt.read()
+            else:
+                self._peeked = None
         except AioRpcError as error:
             if not self._done:
                 self._finish_from_error(error)
@@ -454,6 +467,7 @@ class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
                  compression, deserializer):
         super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
                          deserializer)
+        self._peeked = None
         self._request = request
         if request is None:  # the serializer raised: fail this call only
             self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
@@ -608,6 +622,7 @@ class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamC
                  wait_for_ready, compression, deserializer):
         super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
                          deserializer)
+        self._peeked = None
         self._init_requests(request_iterator, serializer)
         if not self._start_attempt():
             self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)

@@ -38,7 +38,7 @@ class _MultiCallable:
     __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy",
                  "_interceptors")
 
-    def __init__(self, channel: "Channel", method: str, serializer, deserializer, kind: str, interceptors):
+    def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
         self._channel = channel
         self._state = channel._state
         self._method = method
@@ -240,7 +240,7 @@ class Channel(_base_channel.Channel):
     async def close(self, grace: Optional[float] = None) -> None:
         await self._subchannel.close(grace)
 
-    async def __aenter__(self) -> "Channel":
+    async def __aenter__(self) -> Channel:
         return self
 
     async def __aexit__(self, exc_type, exc_val, exc_tb) -> None:

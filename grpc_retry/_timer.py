@@ -1,0 +1,72 @@
+"""One timer thread per process for the sync API's backoff delays: a heap and a condition, so that 1,000
+calls in backoff cost one thread, not 1,000."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from time import monotonic
+from typing import Callable, List, Optional, Tuple
+
+log = logging.getLogger("grpc_retry")
+
+
+class TimerHandle:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]):
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.callback = None  # drop references to the call at once
+
+
+class Timers:
+    def __init__(self):
+        self._heap: List[Tuple[float, int, TimerHandle]] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+
+    def schedule(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        handle = TimerHandle(callback)
+        with self._cond:
+            heapq.heappush(self._heap, (monotonic() + max(delay, 0.0), next(self._seq), handle))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="grpc_retry-timers", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return handle
+
+    def pending(self) -> int:
+        with self._cond:
+            return sum(1 for _, _, h in self._heap if not h.cancelled)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2].cancelled:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    when, _, handle = self._heap[0]
+                    wait = when - monotonic()
+                    if wait <= 0:
+                        heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(wait)
+            callback = handle.callback
+            if callback is not None and not handle.cancelled:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("grpc_retry timer callback failed")
+
+
+TIMERS = Timers()
