@@ -16,6 +16,10 @@ cdef enum:
 FINISH = ACTION_FINISH
 RETRY = ACTION_RETRY
 
+# Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
+NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
+REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
+
 
 cdef class RetryCall:
     cdef readonly CallPolicy policy
@@ -34,6 +38,10 @@ cdef class RetryCall:
     cdef readonly list replay           # messages to replay; replay[0] is message number replay_base
     cdef readonly long replay_base
     cdef readonly bint half_closed
+    cdef readonly object used           # bit mask of the address indices this call's attempts went to
+    cdef readonly bint transparent      # the next attempt is a transparent retry
+    cdef readonly bint refused_retried  # the one transparent retry of a refused attempt is spent
+    cdef bint transparent_enabled
 
     def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, long per_rpc_limit,
                  double deadline, rng, bint enabled=True):
@@ -47,6 +55,8 @@ cdef class RetryCall:
         # A call that may not retry is committed from the start: it buffers nothing.
         self.committed = self.max_attempts <= 1
         self.replay = []
+        self.used = 0
+        self.transparent_enabled = enabled
 
     # -- attempts ---------------------------------------------------------------------------------------
 
@@ -55,8 +65,30 @@ cdef class RetryCall:
         or -1 when the call is over or its deadline has passed (the driver then ends it DEADLINE_EXCEEDED)."""
         if self.finished or now >= self.deadline:
             return -1
+        if self.transparent:
+            # A transparent retry stands in for the attempt that failed: same count, same metadata.
+            self.transparent = False
+            return self.attempts - 1
         self.attempts += 1
         return self.attempts - 1
+
+    cpdef void use_address(self, int index):
+        """The attempt just begun goes to address `index`; later picks avoid it while they can."""
+        self.used = self.used | (1 << index)
+
+    cpdef bint on_transparent(self, int kind, double now):
+        """The current attempt failed before the server's application saw it (`kind` NOT_SENT or REFUSED).
+        True: retry it at once without counting it (maxAttempts, throttle, metadata). False: treat the
+        failure as an ordinary status (on_status)."""
+        if self.finished or not self.transparent_enabled or now >= self.deadline or self.replay_base != 0:
+            return False
+        if kind == REFUSED:
+            if self.refused_retried:
+                return False
+            self.refused_retried = True
+        self.transparent = True
+        self.delay = 0.0
+        return True
 
     cpdef void on_headers(self):
         """Real response headers arrived (not Trailers-Only): the call commits to that attempt."""
@@ -149,3 +181,16 @@ cdef class RetryCall:
     def __repr__(self):
         return (f"RetryCall(attempts={self.attempts}/{self.max_attempts}, committed={self.committed}, "
                 f"finished={self.finished}, buffered={self.buffered}, replay={len(self.replay)})")
+
+
+cpdef int transparent_kind(int code, details):
+    """NOT_SENT, REFUSED or -1, from an attempt's status as grpcio reports it. grpcio gives Python nothing but
+    the status to tell these apart, so this reads C-core's wording (pinned grpcio range; tests/faults checks it
+    against a real HTTP/2 peer)."""
+    if code != STATUS_UNAVAILABLE or not details:
+        return -1
+    if "RST_STREAM with error code 7" in details or "GOAWAY received" in details:
+        return REFUSED
+    if details.startswith("failed to connect to all addresses"):
+        return NOT_SENT
+    return -1

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, List, Optional
 import grpc
 from grpc.aio import AioRpcError, Metadata, _base_call
 
-from grpc_retry._core import RETRY, RetryCall
+from grpc_retry._core import NOT_SENT, RETRY, RetryCall, transparent_kind
 
 log = logging.getLogger("grpc_retry")
 
@@ -27,6 +27,10 @@ _DEADLINE_DETAILS = "Deadline Exceeded"
 _EOF = grpc.aio.EOF
 _INF = float("inf")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+# What starting an attempt came to (besides "started").
+_STARTED, _WAIT, _DEADLINE = 0, 1, 2
 
 
 def _trailing_with_attempts(trailing: Optional[Metadata], previous: int) -> Metadata:
@@ -38,8 +42,8 @@ class _RetryingCall:
     """State and status plumbing shared by the four cardinalities."""
 
     __slots__ = (
-        "_core", "_state", "_multicallable", "_metadata", "_credentials", "_wait_for_ready", "_compression",
-        "_deserializer", "_attempt", "_done", "_code", "_details", "_initial", "_trailing", "_error",
+        "_core", "_state", "_multicallable", "_subchannels", "_metadata", "_credentials", "_wait_for_ready",
+        "_compression", "_deserializer", "_attempt", "_done", "_code", "_details", "_initial", "_trailing", "_error",
         "_callbacks", "_driving", "_waiter", "_sleep", "_loop", "_task", "__weakref__",
     )
 
@@ -47,7 +51,8 @@ class _RetryingCall:
                  compression, deserializer):
         self._core = core
         self._state = state
-        self._multicallable = multicallable
+        self._multicallable = multicallable  # the channel's method: inner(index) is its grpcio multicallable
+        self._subchannels = multicallable.subchannels
         self._metadata = tuple(metadata) if metadata else ()
         self._credentials = credentials
         self._wait_for_ready = wait_for_ready
@@ -69,15 +74,101 @@ class _RetryingCall:
 
     # -- attempts ---------------------------------------------------------------------------------------
 
-    def _attempt_args(self):
-        """(metadata, timeout) for the next attempt, or None when the deadline has passed."""
+    def _next_attempt(self):
+        """Pick an address the call has not used (while one can take it) and count the attempt:
+        (grpcio multicallable, metadata, timeout), or _WAIT (no address now), or _DEADLINE."""
+        core = self._core
+        index = self._subchannels.pick(core.used)
+        if index < 0:
+            return _WAIT
         now = monotonic()
-        previous = self._core.begin_attempt(now)
+        previous = core.begin_attempt(now)
         if previous < 0:
-            return None
+            return _DEADLINE
+        core.use_address(index)
         metadata = self._metadata if previous == 0 else self._metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
-        deadline = self._core.deadline
-        return metadata, (None if deadline == _INF else deadline - now)
+        deadline = core.deadline
+        return self._multicallable.inner(index), metadata, (None if deadline == _INF else deadline - now)
+
+    def _start_attempt(self) -> int:  # overridden: start the next attempt, or say why not
+        raise NotImplementedError
+
+    def _first_attempt(self) -> None:
+        result = self._start_attempt()
+        if result == _DEADLINE:
+            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        elif result == _WAIT:
+            if self._subchannels.resolved and not self._wait_for_ready:
+                self._finish_local(_UNAVAILABLE, self._subchannels.unavailable_details())
+            else:
+                self._ensure_driver()  # nothing to pick yet: a task waits for an address, as grpcio's call would
+
+    async def _begin(self):
+        """Start the next attempt, waiting while no address can take it (resolution pending, or every
+        subchannel down and the call waits for ready). True: started. False: the call ended (deadline).
+        None: no address and the call fails fast; the caller ends it with the failure at hand."""
+        subchannels = self._subchannels
+        while not self._done:
+            result = self._start_attempt()
+            if result == _STARTED:
+                return True
+            if result == _DEADLINE:
+                self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                return False
+            if subchannels.resolved and not self._wait_for_ready:
+                return None
+            deadline = self._core.deadline
+            if deadline != _INF and monotonic() >= deadline:
+                self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                return False
+            await self._sleep_until(None if deadline == _INF else deadline - monotonic(), subchannels)
+        return False
+
+    async def _begin_or_fail(self):
+        """_begin(), ending the call UNAVAILABLE when no address can take it."""
+        started = await self._begin()
+        if started is None:
+            self._finish_local(_UNAVAILABLE, self._subchannels.unavailable_details())
+        return bool(started)
+
+    async def _transparent(self, code: grpc.StatusCode, details: Optional[str]):
+        """If the attempt failed before the server's application saw it, retry it at once, uncounted.
+        False: not transparent (an ordinary status). True: retried, or the call ended. None: no address
+        could take it and the call fails fast; the caller ends it with this failure."""
+        kind = transparent_kind(code.value[0], details)
+        if kind < 0:
+            return False
+        core = self._core
+        if kind == NOT_SENT:
+            # Never left the client: only worth another go on an address this call has not tried.
+            index = self._subchannels.pick(core.used)
+            if index < 0 or (core.used >> index) & 1:
+                return False
+        if not core.on_transparent(kind, monotonic()):
+            return False
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %x: transparent retry after %s: %s", id(self), code, details)
+        return await self._begin()
+
+    async def _sleep_until(self, timeout: Optional[float], subchannels=None) -> None:
+        """Sleep `timeout` seconds (None: until woken), or until the subchannels change if given.
+        cancel() cuts it short (CancelledError)."""
+        loop = self._loop
+        sleep = self._sleep = loop.create_future()
+        handle = None if timeout is None else loop.call_later(timeout, _wake, sleep)
+        listener = None
+        if subchannels is not None:
+            def listener():
+                loop.call_soon_threadsafe(_wake, sleep)
+            subchannels.add_listener(listener)
+        try:
+            await sleep
+        finally:
+            if handle is not None:
+                handle.cancel()
+            if listener is not None:
+                subchannels.remove_listener(listener)
+            self._sleep = None
 
     async def _backoff(self) -> bool:
         """Sleep the core's delay, then count the next attempt. False when the call ended meanwhile."""
@@ -85,13 +176,7 @@ class _RetryingCall:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("call %x: attempt %d failed, retrying in %.3fs", id(self), self._core.attempts, delay)
         if delay > 0:
-            sleep = self._sleep = self._loop.create_future()
-            handle = self._loop.call_later(delay, _wake, sleep)
-            try:
-                await sleep
-            finally:
-                handle.cancel()
-                self._sleep = None
+            await self._sleep_until(delay)
         if self._done:
             raise asyncio.CancelledError()
         return True
@@ -274,20 +359,31 @@ class _UnaryResponse(_RetryingCall):
             while not self._done:
                 attempt = self._attempt
                 try:
-                    response = await attempt
-                except AioRpcError as error:
-                    if self._done:
-                        break
-                    # A unary attempt's headers arrive with its status. Metadata in them means the server
-                    # sent real headers (committed); none is taken for Trailers-Only (see README).
-                    if error.initial_metadata():
-                        core.on_headers()
-                    if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
-                        if await self._backoff() and not self._start_attempt():
-                            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                    if attempt is None:
+                        await self._begin_or_fail()
                         continue
-                    self._finish_from_error(error)
-                    break
+                    try:
+                        response = await attempt
+                    except AioRpcError as error:
+                        if self._done:
+                            break
+                        started = await self._transparent(error.code(), error.details())
+                        if started:
+                            continue
+                        if started is None:
+                            self._finish_from_error(error)
+                            break
+                        # A unary attempt's headers arrive with its status. Metadata in them means the
+                        # server sent real headers (committed); none is taken for Trailers-Only (README).
+                        if error.initial_metadata():
+                            core.on_headers()
+                        if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
+                            await self._backoff()
+                            if await self._begin() is None:
+                                self._finish_from_error(error)
+                            continue
+                        self._finish_from_error(error)
+                        break
                 except asyncio.CancelledError:
                     self._on_driver_cancelled()
                     raise
@@ -305,9 +401,6 @@ class _UnaryResponse(_RetryingCall):
             self._driving = False
             self._wake_waiters()
 
-    def _start_attempt(self) -> bool:  # overridden
-        raise NotImplementedError
-
 
 class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
     __slots__ = ("_request",)
@@ -323,17 +416,17 @@ class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
             return
         core.add_message(request)
         core.close_send()
-        if not self._start_attempt():
-            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        self._first_attempt()
 
-    def _start_attempt(self) -> bool:
-        args = self._attempt_args()
-        if args is None:
-            return False
-        self._attempt = self._multicallable(
-            self._request, timeout=args[1], metadata=args[0], credentials=self._credentials,
+    def _start_attempt(self) -> int:
+        attempt = self._next_attempt()
+        if attempt.__class__ is int:
+            return attempt
+        multicallable, metadata, timeout = attempt
+        self._attempt = multicallable(
+            self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
             wait_for_ready=self._wait_for_ready, compression=self._compression)
-        return True
+        return _STARTED
 
 
 class _StreamResponse(_RetryingCall):
@@ -358,6 +451,9 @@ class _StreamResponse(_RetryingCall):
             while not self._done and not core.committed:
                 attempt = self._attempt
                 try:
+                    if attempt is None:
+                        await self._begin_or_fail()
+                        continue
                     try:
                         message = await attempt.read()
                     except AioRpcError:
@@ -372,10 +468,18 @@ class _StreamResponse(_RetryingCall):
                         core.on_headers()
                         break
                     code = await attempt.code()
+                    if code != grpc.StatusCode.OK:
+                        started = await self._transparent(code, await attempt.details())
+                        if started:
+                            continue
+                        if started is None:
+                            await self._finish_attempt(attempt)
+                            break
                     trailing = await attempt.trailing_metadata()
                     if core.on_status(code.value[0], trailing, monotonic()) == RETRY:
-                        if await self._backoff() and not self._start_attempt():
-                            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+                        await self._backoff()
+                        if await self._begin() is None:
+                            await self._finish_attempt(attempt)
                         continue
                     await self._finish_attempt(attempt)
                 except asyncio.CancelledError:
@@ -474,17 +578,17 @@ class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
             return
         core.add_message(request)
         core.close_send()
-        if not self._start_attempt():
-            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        self._first_attempt()
 
-    def _start_attempt(self) -> bool:
-        args = self._attempt_args()
-        if args is None:
-            return False
-        self._attempt = self._multicallable(
-            self._request, timeout=args[1], metadata=args[0], credentials=self._credentials,
+    def _start_attempt(self) -> int:
+        attempt = self._next_attempt()
+        if attempt.__class__ is int:
+            return attempt
+        multicallable, metadata, timeout = attempt
+        self._attempt = multicallable(
+            self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
             wait_for_ready=self._wait_for_ready, compression=self._compression)
-        return True
+        return _STARTED
 
 
 class _StreamRequest:
@@ -502,17 +606,18 @@ class _StreamRequest:
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
 
-    def _start_attempt(self) -> bool:
-        args = self._attempt_args()
-        if args is None:
-            return False
+    def _start_attempt(self) -> int:
+        attempt = self._next_attempt()
+        if attempt.__class__ is int:
+            return attempt
+        multicallable, metadata, timeout = attempt
         if self._writer is not None:
             self._writer.cancel()
-        attempt = self._attempt = self._multicallable(
-            None, timeout=args[1], metadata=args[0], credentials=self._credentials,
+        attempt = self._attempt = multicallable(
+            None, timeout=timeout, metadata=metadata, credentials=self._credentials,
             wait_for_ready=self._wait_for_ready, compression=self._compression)
         self._writer = self._loop.create_task(self._write_attempt(attempt))
-        return True
+        return _STARTED
 
     async def _write_attempt(self, attempt):
         core = self._core
@@ -607,8 +712,7 @@ class StreamUnaryCall(_StreamRequest, _UnaryResponse, _base_call.StreamUnaryCall
                          deserializer)
         self._response = None
         self._init_requests(request_iterator, serializer)
-        if not self._start_attempt():
-            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        self._first_attempt()
 
     def _finish(self, *args):
         super()._finish(*args)
@@ -624,8 +728,7 @@ class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamC
                          deserializer)
         self._peeked = None
         self._init_requests(request_iterator, serializer)
-        if not self._start_attempt():
-            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        self._first_attempt()
 
     def _finish(self, *args):
         super()._finish(*args)

@@ -25,6 +25,7 @@ from grpc.aio._interceptor import (
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import RetryCall
 from grpc_retry._options import OptionsType
+from grpc_retry._subchannels import AioSubchannels
 from grpc_retry.aio import _call
 
 log = logging.getLogger("grpc_retry")
@@ -36,7 +37,7 @@ class _MultiCallable:
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy",
-                 "_interceptors")
+                 "_interceptors", "_kind", "subchannels")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
         self._channel = channel
@@ -45,9 +46,23 @@ class _MultiCallable:
         self._serializer = serializer
         self._deserializer = deserializer
         self._policy = self._state.policy(method)
-        # Attempts carry bytes: the application's (de)serializers run once per message, here.
-        self._inner = getattr(channel._subchannel, kind)(method)
+        self._kind = kind
+        self._inner: list = []
+        self.subchannels = channel._subchannels
         self._interceptors = interceptors
+
+    def inner(self, index: int):
+        """This method on subchannel `index`, carrying bytes: the application's (de)serializers run once per
+        message, in grpc_retry, not once per attempt."""
+        inner = self._inner
+        if index < len(inner):
+            multicallable = inner[index]
+            if multicallable is not None:
+                return multicallable
+        else:
+            inner.extend([None] * (index + 1 - len(inner)))
+        multicallable = inner[index] = getattr(self.subchannels.channel(index), self._kind)(self._method)
+        return multicallable
 
     def _core(self, timeout: Optional[float]) -> RetryCall:
         state = self._state
@@ -84,7 +99,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCalla
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = _call.UnaryUnaryCall(self._state, self._inner, self._core(timeout), self._serialize(request),
+        call = _call.UnaryUnaryCall(self._state, self, self._core(timeout), self._serialize(request),
                                     metadata, credentials,
                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
         return call
@@ -101,7 +116,7 @@ class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCal
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = _call.UnaryStreamCall(self._state, self._inner, self._core(timeout), self._serialize(request),
+        call = _call.UnaryStreamCall(self._state, self, self._core(timeout), self._serialize(request),
                                     metadata, credentials,
                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
         return call
@@ -118,7 +133,7 @@ class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCal
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return _call.StreamUnaryCall(self._state, self._inner, self._core(timeout), request_iterator,
+        return _call.StreamUnaryCall(self._state, self, self._core(timeout), request_iterator,
                                      self._serializer, metadata, credentials,
                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
 
@@ -134,7 +149,7 @@ class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiC
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return _call.StreamStreamCall(self._state, self._inner, self._core(timeout), request_iterator,
+        return _call.StreamStreamCall(self._state, self, self._core(timeout), request_iterator,
                                       self._serializer, metadata, credentials,
                                       self._wait_for_ready(wait_for_ready), compression, self._deserializer)
 
@@ -196,13 +211,7 @@ class Channel(_base_channel.Channel):
                     matched = True
             if not matched:
                 raise ValueError(f"interceptor must be a grpc.aio client interceptor, got {interceptor!r}")
-        # C-core's own retries are off: grpc_retry alone retries, so attempts are never multiplied.
-        sub_options = list(self._state.options.passthrough) + [("grpc.enable_retries", 0)]
-        if credentials is None:
-            self._subchannel = grpc.aio.insecure_channel(target, options=sub_options, compression=compression)
-        else:
-            self._subchannel = grpc.aio.secure_channel(target, credentials, options=sub_options,
-                                                       compression=compression)
+        self._subchannels = AioSubchannels(target, self._state.options, credentials, compression)
 
     # -- multicallables ---------------------------------------------------------------------------------
 
@@ -229,16 +238,22 @@ class Channel(_base_channel.Channel):
     # -- connectivity and lifetime ----------------------------------------------------------------------
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        return self._subchannel.get_state(try_to_connect)
+        if try_to_connect:
+            self._subchannels.connect()
+        return self._subchannels.aggregate_state()
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        await self._subchannel.wait_for_state_change(last_observed_state)
+        while self._subchannels.aggregate_state() == last_observed_state and not self._subchannels.closed:
+            await self._subchannels.wait_change(None)
 
     async def channel_ready(self) -> None:
-        await self._subchannel.channel_ready()
+        state = self.get_state(try_to_connect=True)
+        while state != grpc.ChannelConnectivity.READY:
+            await self.wait_for_state_change(state)
+            state = self.get_state(try_to_connect=True)
 
     async def close(self, grace: Optional[float] = None) -> None:
-        await self._subchannel.close(grace)
+        await self._subchannels.close(grace)
 
     async def __aenter__(self) -> Channel:
         return self

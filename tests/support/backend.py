@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -28,7 +29,13 @@ class Step:
 
     code: the status to end with (OK by default). headers: send response headers (these metadata pairs)
     before anything else. responses: how many response messages to send before the status (streaming), or
-    None for "echo". trailing: trailing metadata pairs. wait: block (seconds, or until released) first.
+    None for "echo". trailing: trailing metadata pairs. wait: block (seconds, or until released) first;
+    the wait also ends when the attempt itself ends (cancelled by the client, deadline), so a long `wait`
+    models "hold the attempt until the client gives up". read: for request streams, how many requests to read
+    before going on (None: all, or as `read_all` says). gate: an event to wait for (at most 30 s) after the
+    requests were read and before answering. respond: makes the response bytes instead of the echo:
+    respond(requests, i) for response number i (unary and client-stream: i = 0, requests = all requests read;
+    server-stream and bidi: requests = [the request, or the i-th request]).
     """
 
     code: grpc.StatusCode = grpc.StatusCode.OK
@@ -38,6 +45,9 @@ class Step:
     trailing: Tuple[Tuple[str, str], ...] = ()
     wait: Optional[float] = None
     read_all: bool = True
+    read: Optional[int] = None
+    gate: Optional[threading.Event] = None
+    respond: Optional[Callable[[List[bytes], int], bytes]] = None
 
 
 def fail(code=grpc.StatusCode.UNAVAILABLE, details="scripted failure", **kw) -> Step:
@@ -53,16 +63,30 @@ def pushback(ms, code=grpc.StatusCode.UNAVAILABLE) -> Step:
 
 @dataclass
 class Attempt:
+    """What one attempt looked like on the server. `arrived` / `ended` are time.monotonic() stamps (the
+    client runs in the same process, so they compare with its clock); `done` is set when the RPC ended."""
+
     method: str
     metadata: Dict[str, str]
     requests: List[bytes] = field(default_factory=list)
     cancelled: bool = False
+    arrived: float = 0.0
+    ended: Optional[float] = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def previous(self) -> Optional[str]:
+        """This attempt's grpc-previous-rpc-attempts header (None on a first attempt)."""
+        return self.metadata.get("grpc-previous-rpc-attempts")
 
 
 class Backend:
-    def __init__(self, workers: int = 32):
-        self._lock = threading.Lock()
+    def __init__(self, workers: int = 32, port: int = 0):
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified on every attempt start / request / end
         self._scripts: Dict[str, Deque[Step]] = collections.defaultdict(collections.deque)
+        self._fallbacks: Dict[str, Callable[[int], Step]] = {}
+        self._counts: Dict[str, int] = collections.defaultdict(int)
         self.attempts: List[Attempt] = []
         self.release = threading.Event()  # set to let every waiting step go on
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
@@ -73,7 +97,7 @@ class Backend:
             "Bidi": grpc.stream_stream_rpc_method_handler(self._bidi),
         }
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         self.target = f"127.0.0.1:{self.port}"
         self._server.start()
 
@@ -87,20 +111,106 @@ class Backend:
         with self._lock:
             self._scripts[method].extend(steps)
 
+    def fallback(self, method: str, choose: Callable[[int], Step]) -> None:
+        """When `method`'s script is empty, attempt number i (0-based, per method) does `choose(i)`."""
+        with self._lock:
+            self._fallbacks[method] = choose
+
     def attempts_of(self, method: str) -> List[Attempt]:
         with self._lock:
             return [a for a in self.attempts if a.method == method]
 
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+        """Block until predicate() (evaluated under the backend's lock) holds; AssertionError on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"backend: timed out after {timeout}s waiting for {what}")
+                self._changed.wait(left)
+
+    def wait_attempts(self, method: str, count: int, timeout: float = 10.0) -> List[Attempt]:
+        """Block until `method` has seen at least `count` attempts; return them."""
+        self.wait_for(lambda: len(self.attempts_of(method)) >= count, timeout, f"{count} attempts of {method}")
+        return self.attempts_of(method)
+
+    def wait_ended(self, method: str, count: int, timeout: float = 10.0) -> List[Attempt]:
+        """Block until at least `count` attempts of `method` have ended (as the server sees it)."""
+        self.wait_for(lambda: sum(1 for a in self.attempts_of(method) if a.ended is not None) >= count, timeout,
+                      f"{count} ended attempts of {method}")
+        return self.attempts_of(method)
+
+    def event_when(self, predicate: Callable[[], bool], timeout: float = 10.0) -> threading.Event:
+        """An event that a helper thread sets once predicate() holds (or after `timeout`): for request streams
+        that must pause until the server has done something (see tests/support/clients.Gate)."""
+        event = threading.Event()
+
+        def watch():
+            try:
+                self.wait_for(predicate, timeout)
+            except AssertionError:
+                pass
+            event.set()
+
+        threading.Thread(target=watch, name="backend-event-when", daemon=True).start()
+        return event
+
+    def _on_done(self, attempt: Attempt, context) -> None:
+        with self._lock:
+            attempt.cancelled = not context.is_active()
+            attempt.ended = time.monotonic()
+            attempt.done.set()
+            self._changed.notify_all()
+
     def _begin(self, method: str, context) -> Tuple[Attempt, Step]:
-        attempt = Attempt(method, {k: v for k, v in context.invocation_metadata()})
+        attempt = Attempt(method, {k: v for k, v in context.invocation_metadata()}, arrived=time.monotonic())
         with self._lock:
             self.attempts.append(attempt)
+            index = self._counts[method]
+            self._counts[method] += 1
             script = self._scripts[method]
-            step = script.popleft() if script else Step()
-        context.add_callback(lambda: setattr(attempt, "cancelled", not context.is_active()))
+            if script:
+                step = script.popleft()
+            elif method in self._fallbacks:
+                step = self._fallbacks[method](index)
+            else:
+                step = Step()
+            self._changed.notify_all()
+        if not context.add_callback(lambda: self._on_done(attempt, context)):
+            self._on_done(attempt, context)  # already over
         if step.wait is not None:
-            self.release.wait(step.wait if step.wait > 0 else None)
+            self._hold(attempt, step.wait)
         return attempt, step
+
+    def _hold(self, attempt: Attempt, seconds: float) -> None:
+        """Wait `seconds` (0: forever), or until released, or until the attempt has ended."""
+        deadline = time.monotonic() + seconds if seconds > 0 else None
+        while not (self.release.is_set() or attempt.done.is_set()):
+            left = 0.02 if deadline is None else min(0.02, deadline - time.monotonic())
+            if left <= 0:
+                return
+            attempt.done.wait(left)
+
+    def _record(self, attempt: Attempt, request: bytes) -> None:
+        with self._lock:
+            attempt.requests.append(request)
+            self._changed.notify_all()
+
+    def _read(self, attempt: Attempt, request_iterator, step: Step, default_all: bool = True) -> None:
+        """Read the requests that `step` asks for (all of them unless it says otherwise)."""
+        limit = step.read
+        if limit is None and not default_all:
+            return
+        for request in request_iterator:
+            self._record(attempt, request)
+            if limit is not None and len(attempt.requests) >= limit:
+                return
+
+    @staticmethod
+    def _gate(step: Step) -> None:
+        if step.gate is not None:
+            step.gate.wait(30)
 
     @staticmethod
     def _end(context, step: Step):
@@ -118,37 +228,41 @@ class Backend:
 
     def _unary(self, request: bytes, context):
         attempt, step = self._begin(UNARY, context)
-        attempt.requests.append(request)
+        self._record(attempt, request)
+        self._gate(step)
         self._headers(context, step)
         self._end(context, step)
-        return request
+        return step.respond([request], 0) if step.respond else request
 
     def _server_stream(self, request: bytes, context):
         attempt, step = self._begin(SERVER_STREAM, context)
-        attempt.requests.append(request)
+        self._record(attempt, request)
+        self._gate(step)
         self._headers(context, step)
         for i in range(step.responses if step.responses is not None else 3):
-            yield request + b"#%d" % i
+            yield step.respond([request], i) if step.respond else request + b"#%d" % i
         self._end(context, step)
 
     def _client_stream(self, request_iterator, context):
         attempt, step = self._begin(CLIENT_STREAM, context)
-        for request in request_iterator:
-            attempt.requests.append(request)
+        self._read(attempt, request_iterator, step)
+        self._gate(step)
         self._headers(context, step)
         self._end(context, step)
-        return b"|".join(attempt.requests)
+        return step.respond(list(attempt.requests), 0) if step.respond else b"|".join(attempt.requests)
 
     def _bidi(self, request_iterator, context):
         attempt, step = self._begin(BIDI, context)
         self._headers(context, step)
         if step.code != grpc.StatusCode.OK and not step.responses:
-            if step.read_all:
-                for request in request_iterator:
-                    attempt.requests.append(request)
+            self._read(attempt, request_iterator, step, default_all=step.read_all)
+            self._gate(step)
             self._end(context, step)
             return
-        for request in request_iterator:
-            attempt.requests.append(request)
-            yield request
+        for i, request in enumerate(request_iterator):
+            self._record(attempt, request)
+            yield step.respond([request], i) if step.respond else request
+            if step.read is not None and len(attempt.requests) >= step.read:
+                break
+        self._gate(step)
         self._end(context, step)

@@ -1,0 +1,96 @@
+# Load-balancing pickers that avoid the backends a call already used (A6 "Where Retries Occur": retries sit
+# above the picker "so that every retry gets a chance to be sent out on a different subchannel").
+#
+# Addresses are indexed 0..n-1; a call's used addresses are a bit mask (a Python int, any size). A pick
+# prefers, in order: an unused READY address, an unused address that can connect (IDLE or CONNECTING), and
+# only when every address is used or down, the normal pick (READY, then connectable). -1: nothing to pick
+# (every address in TRANSIENT_FAILURE or shut down): the driver waits (wait_for_ready) or fails the call.
+
+cdef enum:
+    STATE_IDLE = 0
+    STATE_CONNECTING = 1
+    STATE_READY = 2
+    STATE_TRANSIENT_FAILURE = 3
+    STATE_SHUTDOWN = 4
+
+PICK_FIRST = 0
+ROUND_ROBIN = 1
+
+
+cdef class Picker:
+    cdef readonly int policy
+    cdef list _states
+    cdef int _next          # round_robin: where the next rotation starts
+
+    def __init__(self, int policy, int size):
+        if policy not in (PICK_FIRST, ROUND_ROBIN):
+            raise ValueError(f"unknown picker policy {policy}")
+        self.policy = policy
+        self._states = [STATE_IDLE] * size
+        self._next = 0
+
+    @property
+    def size(self):
+        return len(self._states)
+
+    def states(self):
+        return list(self._states)
+
+    def resize(self, int size):
+        """New resolution: addresses keep their index; new ones start IDLE."""
+        if size < len(self._states):
+            del self._states[size:]
+        else:
+            self._states.extend([STATE_IDLE] * (size - len(self._states)))
+        if self._next >= size:
+            self._next = 0
+
+    cpdef void set_state(self, int index, int state):
+        if 0 <= index < len(self._states):
+            self._states[index] = state
+
+    cpdef int state(self, int index):
+        return self._states[index]
+
+    cpdef bint all_failed(self):
+        cdef object s
+        for s in self._states:
+            if s != STATE_TRANSIENT_FAILURE and s != STATE_SHUTDOWN:
+                return False
+        return True
+
+    cpdef int pick(self, object used):
+        """An address index for the next attempt of a call that used the addresses in mask `used`."""
+        cdef int n = len(self._states)
+        cdef int start, i, k, s, ready_used = -1, connectable_used = -1, connectable_unused = -1
+        cdef bint is_used
+        if n == 0:
+            return -1
+        start = self._next if self.policy == ROUND_ROBIN else 0
+        for k in range(n):
+            i = (start + k) % n
+            s = self._states[i]
+            is_used = used is not None and (used >> i) & 1
+            if s == STATE_READY:
+                if not is_used:
+                    return self._picked(i, n)
+                if ready_used < 0:
+                    ready_used = i
+            elif s == STATE_IDLE or s == STATE_CONNECTING:
+                if not is_used:
+                    if connectable_unused < 0:
+                        connectable_unused = i
+                elif connectable_used < 0:
+                    connectable_used = i
+        if connectable_unused >= 0:
+            return self._picked(connectable_unused, n)
+        if ready_used >= 0:
+            return self._picked(ready_used, n)
+        if connectable_used >= 0:
+            return self._picked(connectable_used, n)
+        return -1
+
+    cdef inline int _picked(self, int i, int n):
+        if self.policy == ROUND_ROBIN:
+            self._next = (i + 1) % n
+        return i

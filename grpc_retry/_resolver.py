@@ -1,0 +1,132 @@
+"""Targets to addresses: `host:port`, `dns:[//authority/]host[:port]`, `ipv4:a[:p],…`, `ipv6:[a]:p,…`, `unix:path`.
+
+Each address becomes a grpcio target string for one subchannel ("ipv4:1.2.3.4:80", "ipv6:[::1]:80",
+"unix:/path"). Parsing happens at channel creation (a bad target raises ValueError there); DNS lookups happen
+off the caller's thread (see _subchannels)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import List, Tuple
+
+DEFAULT_PORT = 443
+
+
+@dataclass(frozen=True)
+class Target:
+    scheme: str                      # "dns" or "static"
+    host: str                        # for dns: the name to look up; for TLS: the name the certificate names
+    port: int
+    authority: str                   # what the subchannels send as :authority
+    addresses: Tuple[str, ...] = ()  # static targets: the subchannel targets
+
+
+def _port(text: str, target: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"target {target!r}: invalid port {text!r}")
+    return int(text)
+
+
+def _split_host_port(hostport: str, target: str) -> Tuple[str, int]:
+    """'host:port', 'host', '[v6]:port', '[v6]' -> (host, port)."""
+    if not hostport:
+        raise ValueError(f"target {target!r}: missing host")
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise ValueError(f"target {target!r}: unterminated '[' in {hostport!r}")
+        host, rest = hostport[1:end], hostport[end + 1:]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"target {target!r}: unexpected {rest!r} after ']'")
+        port = _port(rest[1:], target) if rest else DEFAULT_PORT
+    elif hostport.count(":") == 1:
+        host, port_text = hostport.split(":")
+        port = _port(port_text, target)
+    elif ":" in hostport:
+        if _literal(hostport) is None:
+            raise ValueError(f"target {target!r}: {hostport!r} is neither host:port nor an IPv6 address")
+        host, port = hostport, DEFAULT_PORT  # a bare IPv6 literal
+    else:
+        host, port = hostport, DEFAULT_PORT
+    if not host:
+        raise ValueError(f"target {target!r}: missing host")
+    return host, port
+
+
+def address_target(host: str, port: int) -> str:
+    """The grpcio target of one resolved address."""
+    ip = ipaddress.ip_address(host)
+    return f"ipv4:{ip}:{port}" if ip.version == 4 else f"ipv6:[{ip}]:{port}"
+
+
+def _literal(host: str):
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _static_list(body: str, version: int, target: str) -> Tuple[str, ...]:
+    addresses = []
+    for item in body.split(","):
+        item = item.strip()
+        if version == 6 and item and not item.startswith("["):
+            host, port = item, DEFAULT_PORT
+        else:
+            host, port = _split_host_port(item, target)
+        ip = _literal(host)
+        if ip is None or ip.version != version:
+            raise ValueError(f"target {target!r}: {host!r} is not an IPv{version} address")
+        addresses.append(address_target(str(ip), port))
+    return tuple(addresses)
+
+
+def parse_target(target: str) -> Target:
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"target must be a non-empty string, got {target!r}")
+    if target.startswith("unix:") or target.startswith("unix-abstract:"):
+        path = target.split(":", 1)[1]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path:
+            raise ValueError(f"target {target!r}: missing socket path")
+        return Target("static", "localhost", 0, "localhost", (target,))
+    if target.startswith("ipv4:") or target.startswith("ipv6:"):
+        addresses = _static_list(target[5:], 4 if target[3] == "4" else 6, target)
+        first = target[5:].split(",")[0].strip()
+        return Target("static", _split_host_port(first, target)[0] if target[3] == "4" or first.startswith("[")
+                      else first, 0, first, addresses)
+    body = target
+    if target.startswith("dns:"):
+        body = target[4:]
+        if body.startswith("//"):
+            slash = body.find("/", 2)
+            if slash < 0:
+                raise ValueError(f"target {target!r}: expected dns://[authority]/host[:port]")
+            body = body[slash + 1:]
+    elif "://" in target:
+        raise ValueError(f"target {target!r}: unsupported scheme {target.split(':', 1)[0]!r} "
+                         "(use dns:, ipv4:, ipv6:, unix: or host:port)")
+    host, port = _split_host_port(body, target)
+    ip = _literal(host)
+    if ip is not None:
+        return Target("static", host, port, body, (address_target(str(ip), port),))
+    return Target("dns", host, port, body)
+
+
+def resolve(target: Target) -> List[str]:
+    """Every A and AAAA record of a dns target, as subchannel targets, in the resolver's order (blocking)."""
+    if target.scheme != "dns":
+        return list(target.addresses)
+    infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    seen, out = set(), []
+    for family, _, _, _, sockaddr in infos:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        address = address_target(sockaddr[0], target.port)
+        if address not in seen:
+            seen.add(address)
+            out.append(address)
+    return out

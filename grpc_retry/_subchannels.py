@@ -1,0 +1,314 @@
+"""A channel's backends: the resolved addresses, one grpcio channel per address (C-core's retries off),
+their connectivity, and the picker that chooses one for each attempt.
+
+Indices are stable: an address keeps its index for the channel's life (a vanished one is shut down, a new one
+is appended), so calls can remember the addresses they used as a bit mask. Connectivity is watched, never
+polled: grpc's subscribe() for the sync flavor, wait_for_state_change() for aio. DNS lookups run on a thread,
+never on the caller's thread or the event loop, and again when every subchannel has failed (at most once per
+`min_resolution_interval`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from time import monotonic
+from typing import Callable, List, Optional
+
+import grpc
+
+from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
+from grpc_retry._options import RetryOptions
+from grpc_retry._resolver import parse_target, resolve
+
+log = logging.getLogger("grpc_retry")
+
+_SHUTDOWN = 4
+_TRANSIENT_FAILURE = 3
+
+
+class Subchannels:
+    min_resolution_interval = 30.0
+
+    def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
+                 compression: Optional[grpc.Compression]):
+        self.target = parse_target(target)
+        self._credentials = credentials
+        self._compression = compression
+        self._options = self._subchannel_options(options)
+        self.picker = Picker(ROUND_ROBIN if options.lb_policy == "round_robin" else PICK_FIRST, 0)
+        # round_robin spreads over every address, so it connects them all (as grpc's does); pick_first
+        # connects one at a time, in order.
+        self._eager = options.lb_policy == "round_robin"
+        self._connected = 0  # addresses whose subchannel was started eagerly
+        self.addresses: List[str] = []
+        self._channels: list = []
+        self._lock = threading.RLock()
+        self._listeners: List[Callable[[], None]] = []   # one-shot: waiters for the next change
+        self._watchers: List[Callable[[], None]] = []    # persistent: connectivity subscribers
+        self.resolving = False
+        self.resolution_error: Optional[str] = None
+        self._last_resolution = float("-inf")
+        self.closed = False
+        if self.target.scheme == "static":
+            self._set_addresses(list(self.target.addresses))
+        else:
+            self._resolve()
+
+    def _subchannel_options(self, options: RetryOptions) -> list:
+        extra = [("grpc.enable_retries", 0)]
+        given = {name for name, _ in options.passthrough}
+        # Subchannels are reached by address; they speak for the original name, as grpcio's channel would.
+        if "grpc.default_authority" not in given:
+            extra.append(("grpc.default_authority", self.target.authority))
+        if self._credentials is not None and "grpc.ssl_target_name_override" not in given and self.target.host:
+            extra.append(("grpc.ssl_target_name_override", self.target.host))
+        return list(options.passthrough) + extra
+
+    # -- resolution -------------------------------------------------------------------------------------
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.addresses) or self.resolution_error is not None
+
+    def _resolve(self) -> None:
+        with self._lock:
+            if self.resolving or self.closed:
+                return
+            self.resolving = True
+            self._last_resolution = monotonic()
+        threading.Thread(target=self._resolve_now, name="grpc_retry-resolver", daemon=True).start()
+
+    def _resolve_now(self) -> None:
+        try:
+            addresses = resolve(self.target)
+            error = None if addresses else f"DNS resolution of {self.target.host!r} returned no addresses"
+        except OSError as exc:
+            addresses, error = [], f"DNS resolution of {self.target.host!r} failed: {exc}"
+        with self._lock:
+            self.resolving = False
+            if addresses:
+                self.resolution_error = None
+                self._set_addresses(addresses)
+            elif not self.addresses:
+                self.resolution_error = error
+        if error:
+            log.warning("grpc_retry: %s", error)
+        self._notify()
+
+    def _set_addresses(self, addresses: List[str]) -> None:
+        with self._lock:
+            for index, address in enumerate(self.addresses):
+                if address not in addresses and self.picker.state(index) != _SHUTDOWN:
+                    self.picker.set_state(index, _SHUTDOWN)
+                    channel, self._channels[index] = self._channels[index], None
+                    if channel is not None:
+                        self._close_channel(channel)
+            for address in addresses:
+                if address in self.addresses:
+                    index = self.addresses.index(address)
+                    if self.picker.state(index) == _SHUTDOWN:  # back again
+                        self.picker.set_state(index, 0)
+                else:
+                    self.addresses.append(address)
+                    self._channels.append(None)
+                    self.picker.resize(len(self.addresses))
+
+    # -- subchannels ------------------------------------------------------------------------------------
+
+    def channel(self, index: int):
+        """The grpcio channel of address `index`, created on first use."""
+        channel = self._channels[index]
+        if channel is None:
+            with self._lock:
+                channel = self._channels[index]
+                if channel is None:
+                    channel = self._channels[index] = self._make_channel(self.addresses[index])
+                    self._watch(index, channel)
+        return channel
+
+    def pick(self, used) -> int:
+        if self._eager and self._connected < len(self.addresses):
+            self._connect_all()
+        return self.picker.pick(used)
+
+    def _connect_all(self) -> None:
+        with self._lock:
+            start, self._connected = self._connected, len(self.addresses)
+        for index in range(start, self._connected):
+            if self.picker.state(index) != _SHUTDOWN:
+                self._kick(self.channel(index))
+
+    def on_state(self, index: int, state: int) -> None:
+        if self._channels[index] is None:
+            return
+        self.picker.set_state(index, state)
+        if state == _TRANSIENT_FAILURE and self.target.scheme == "dns" and self.picker.all_failed():
+            if monotonic() - self._last_resolution >= self.min_resolution_interval:
+                self._resolve()
+        self._notify()
+
+    # -- waiting for a change ---------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            try:
+                self._listeners.remove(listener)
+            except ValueError:
+                pass
+
+    def watch(self, watcher: Callable[[], None], add: bool = True) -> None:
+        with self._lock:
+            if add:
+                self._watchers.append(watcher)
+            elif watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def aggregate_state(self) -> grpc.ChannelConnectivity:
+        """The channel's connectivity as grpcio reports it for one channel: READY if any subchannel is."""
+        states = [s for s in self.picker.states() if s != _SHUTDOWN]
+        for value, state in ((2, grpc.ChannelConnectivity.READY), (1, grpc.ChannelConnectivity.CONNECTING)):
+            if value in states:
+                return state
+        if states and all(s == _TRANSIENT_FAILURE for s in states):
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        return grpc.ChannelConnectivity.IDLE
+
+    def connect(self) -> None:
+        """try_to_connect: start the subchannel the picker would use first."""
+        if self.addresses:
+            index = self.pick(0)
+            channel = self.channel(index if index >= 0 else 0)
+            self._kick(channel)
+
+    def _kick(self, channel) -> None:
+        channel.get_state(True) if hasattr(channel, "get_state") else None
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners, self._listeners = self._listeners, []
+            listeners += self._watchers
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("subchannel listener failed")
+
+    def unavailable_details(self) -> str:
+        if self.resolution_error:
+            return self.resolution_error
+        return f"failed to connect to all addresses of {self.target.authority!r}"
+
+    # -- flavor hooks -----------------------------------------------------------------------------------
+
+    def _make_channel(self, address: str):
+        raise NotImplementedError
+
+    def _watch(self, index: int, channel) -> None:
+        raise NotImplementedError
+
+    def _close_channel(self, channel) -> None:
+        raise NotImplementedError
+
+    def states(self) -> List[grpc.ChannelConnectivity]:
+        by_value = {c.value[0]: c for c in grpc.ChannelConnectivity}
+        return [by_value[s] for s in self.picker.states()]
+
+
+class SyncSubchannels(Subchannels):
+    def _make_channel(self, address: str) -> grpc.Channel:
+        if self._credentials is None:
+            return grpc.insecure_channel(address, options=self._options, compression=self._compression)
+        return grpc.secure_channel(address, self._credentials, options=self._options, compression=self._compression)
+
+    def _watch(self, index: int, channel: grpc.Channel) -> None:
+        channel.subscribe(lambda state: self.on_state(index, state.value[0]), try_to_connect=False)
+
+    def _close_channel(self, channel) -> None:
+        channel.close()
+
+    def _kick(self, channel) -> None:
+        def noop(state):
+            pass
+        channel.subscribe(noop, try_to_connect=True)
+        channel.unsubscribe(noop)
+
+    def wait_change(self, timeout: Optional[float]) -> None:
+        event = threading.Event()
+        self.add_listener(event.set)
+        try:
+            event.wait(timeout)
+        finally:
+            self.remove_listener(event.set)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            channels, self._channels = self._channels, [None] * len(self._channels)
+        for channel in channels:
+            if channel is not None:
+                channel.close()
+        self._notify()
+
+
+class AioSubchannels(Subchannels):
+    def __init__(self, *args):
+        self._tasks: List[asyncio.Task] = []
+        super().__init__(*args)
+
+    def _make_channel(self, address: str) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(address, options=self._options, compression=self._compression)
+        return grpc.aio.secure_channel(address, self._credentials, options=self._options,
+                                       compression=self._compression)
+
+    def _watch(self, index: int, channel: grpc.aio.Channel) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_loop(index, channel)))
+
+    async def _watch_loop(self, index: int, channel: grpc.aio.Channel) -> None:
+        try:
+            state = channel.get_state(False)
+            while True:
+                self.on_state(index, state.value[0])
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(False)
+        except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
+            return
+
+    def _close_channel(self, channel) -> None:
+        try:
+            asyncio.get_running_loop().create_task(channel.close())
+        except RuntimeError:
+            pass
+
+    async def wait_change(self, timeout: Optional[float]) -> None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def wake():
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+        self.add_listener(wake)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.remove_listener(wake)
+
+    async def close(self, grace: Optional[float] = None) -> None:
+        with self._lock:
+            self.closed = True
+            channels, self._channels = self._channels, [None] * len(self._channels)
+            tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for channel in channels:
+            if channel is not None:
+                await channel.close(grace)
+        self._notify()

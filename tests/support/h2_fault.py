@@ -1,0 +1,105 @@
+"""A real HTTP/2 peer, built with the `h2` package, that misbehaves on purpose: it refuses streams
+(RST_STREAM REFUSED_STREAM), sends GOAWAY before looking at a stream, resets streams with INTERNAL_ERROR,
+or stalls. It speaks just enough gRPC to be reached by a grpcio client; it never answers successfully."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import List
+
+import h2.config
+import h2.connection
+import h2.events
+from h2.errors import ErrorCodes
+
+REFUSE = "refuse"
+GOAWAY = "goaway"
+RESET = "reset"
+STALL = "stall"
+
+
+class H2FaultServer:
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.streams_seen = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        self.target = f"127.0.0.1:{self.port}"
+        self._stopped = threading.Event()
+        self._conns: List[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="h2-fault-accept", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self._thread.join(5)
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), name="h2-fault-conn", daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        conn = h2.connection.H2Connection(config=config)
+        conn.initiate_connection()
+        try:
+            sock.sendall(conn.data_to_send())
+            while not self._stopped.is_set():
+                data = sock.recv(65536)
+                if not data:
+                    return
+                close = False
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        with self._lock:
+                            self.streams_seen += 1
+                        close = self._fault(conn, event.stream_id) or close
+                    elif isinstance(event, h2.events.DataReceived):
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                sock.sendall(conn.data_to_send())
+                if close:
+                    return
+        except (OSError, h2.exceptions.ProtocolError):
+            return
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _fault(self, conn: h2.connection.H2Connection, stream_id: int) -> bool:
+        """Act on a new stream; True when the connection is to be closed afterwards."""
+        if self.mode == REFUSE:
+            conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+        elif self.mode == RESET:
+            conn.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+        elif self.mode == GOAWAY:
+            # The stream is above last_stream_id: the server says it never processed it.
+            conn.close_connection(error_code=ErrorCodes.NO_ERROR, last_stream_id=stream_id - 2 if stream_id > 2 else 0)
+            return True
+        return False
