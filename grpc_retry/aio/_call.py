@@ -15,6 +15,7 @@ from time import monotonic
 from typing import Any, AsyncIterator, Callable, List, Optional
 
 import grpc
+from grpc._cython import cygrpc
 from grpc.aio import AioRpcError, Metadata, _base_call
 
 from grpc_retry._core import NOT_SENT, RETRY, RetryCall, transparent_kind
@@ -591,6 +592,24 @@ class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
         return _STARTED
 
 
+async def _send(attempt, data: bytes) -> bool:
+    """Write bytes to a streaming attempt; False once it has ended. Not grpc.aio's write(): when a send fails
+    because the server just ended the stream, write() overwrites the attempt's status with INTERNAL, hiding
+    the (maybe retryable) status the server sent. Here the attempt keeps the status the server gave it."""
+    if attempt.done():
+        return False
+    metadata_sent = attempt._metadata_sent
+    if not metadata_sent.is_set():
+        await metadata_sent.wait()
+        if attempt.done():
+            return False
+    try:
+        await attempt._cython_call.send_serialized_message(data)
+    except cygrpc.InternalError:
+        return False
+    return True
+
+
 class _StreamRequest:
     """Mixin for calls with a request stream: the application's messages go through the core's replay
     buffer; each attempt has a writer that replays what is buffered, then follows new messages."""
@@ -627,7 +646,8 @@ class _StreamRequest:
                 replay = core.replay
                 index = sent - core.replay_base
                 if index < len(replay):
-                    await attempt.write(replay[index])
+                    if not await _send(attempt, replay[index]):
+                        return
                     sent += 1
                     if core.committed:
                         core.trim_sent(sent)

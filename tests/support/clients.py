@@ -238,7 +238,7 @@ class AioChannel:
         handle = AioHandle(self._loop)
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
-            payload = _aio_requests(list(payload))
+            payload = _aio_requests(payload)
 
         async def begin():
             call = multicallable(payload, **kwargs)
@@ -254,7 +254,7 @@ class AioChannel:
         """The plain way: await the call (unary) or iterate it (streams), no done callbacks."""
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
-            payload = _aio_requests(list(payload))
+            payload = _aio_requests(payload)
 
         async def run():
             return await _aio_outcome(kind, multicallable(payload, **kwargs))
@@ -366,7 +366,7 @@ class SyncChannel:
         handle = SyncHandle()
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
-            payload = _sync_requests(list(payload))
+            payload = _sync_requests(payload)
         if kind in ("unary", "client_stream"):
             call = handle.call = multicallable.future(payload, **kwargs)
             call.add_done_callback(_counting_callback(handle.done_callbacks))
@@ -383,7 +383,7 @@ class SyncChannel:
         `multicallable(...)`, whose Outcome then has no metadata), iteration for streams."""
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
-            payload = _sync_requests(list(payload))
+            payload = _sync_requests(payload)
         if plain and kind in ("unary", "client_stream"):
             try:
                 return Outcome(grpc.StatusCode.OK, None, [multicallable(payload, **kwargs)])
