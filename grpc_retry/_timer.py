@@ -61,12 +61,14 @@ class Timers:
                         heapq.heappop(self._heap)
                         break
                     self._cond.wait(wait)
-            callback = handle.callback
+            callback, handle.callback = handle.callback, None
             if callback is not None and not handle.cancelled:
                 try:
                     callback()
                 except Exception:
                     log.exception("grpc_retry timer callback failed")
+            # Hold nothing of the fired call while waiting for the next timer.
+            callback = handle = None
 
 
 TIMERS = Timers()
