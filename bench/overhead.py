@@ -10,9 +10,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import statistics
-import sys
 import time
 
 import grpc
@@ -160,5 +158,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     main()
