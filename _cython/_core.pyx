@@ -6,10 +6,13 @@ began, a message was sent, headers or a status arrived) with the current time as
 comes back (retry after a delay, deliver the status, commit). Each topic lives in its own include file.
 """
 
+from libc.math cimport INFINITY
+
 include "status.pxi"
 include "throttle.pyx.pxi"
 include "buffer.pyx.pxi"
 include "policy.pyx.pxi"
 include "pushback.pyx.pxi"
 include "retry_call.pyx.pxi"
+include "hedging_call.pyx.pxi"
 include "picker.pyx.pxi"

@@ -12,7 +12,8 @@ cdef inline unsigned int code_mask(codes) except? 0:
 
 
 cdef class CallPolicy:
-    """Retry settings of one method. max_attempts 1 means: no retries (a plain call)."""
+    """Retry or hedging settings of one method. max_attempts 1 means: no retries (a plain call).
+    A hedging policy has hedging_delay >= 0, and its nonFatalStatusCodes in retryable_mask."""
 
     cdef readonly int max_attempts
     cdef readonly double initial_backoff
@@ -21,10 +22,11 @@ cdef class CallPolicy:
     cdef readonly unsigned int retryable_mask
     cdef readonly double timeout
     cdef readonly object wait_for_ready
+    cdef readonly double hedging_delay   # seconds; -1: a retry policy (or none)
 
     def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
                  double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),
-                 wait_for_ready=None):
+                 wait_for_ready=None, double hedging_delay=-1.0):
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.max_attempts = max_attempts
@@ -34,6 +36,11 @@ cdef class CallPolicy:
         self.retryable_mask = code_mask(retryable_codes)
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
+        self.hedging_delay = hedging_delay
+
+    @property
+    def hedging(self):
+        return self.hedging_delay >= 0 and self.max_attempts > 1
 
     def is_retryable(self, int code):
         return 0 <= code < 32 and (self.retryable_mask >> code) & 1 == 1
@@ -42,4 +49,4 @@ cdef class CallPolicy:
         return (f"CallPolicy(max_attempts={self.max_attempts}, initial_backoff={self.initial_backoff}, "
                 f"max_backoff={self.max_backoff}, backoff_multiplier={self.backoff_multiplier}, "
                 f"retryable_mask={self.retryable_mask:#x}, timeout={self.timeout}, "
-                f"wait_for_ready={self.wait_for_ready})")
+                f"wait_for_ready={self.wait_for_ready}, hedging_delay={self.hedging_delay})")

@@ -21,42 +21,113 @@ NOT_SENT = 0        # never left the client (no connection): retried while the d
 REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
 
 
-cdef class RetryCall:
+cdef class CallCore:
+    """What every call keeps, retried or hedged: its deadline, the addresses it used, and the replay buffer
+    (messages sent so far, charged to the call's and the channel's budget until the call commits)."""
+
     cdef readonly CallPolicy policy
     cdef RetryThrottle throttle
     cdef BufferPool pool
     cdef long per_rpc_limit
     cdef readonly double deadline
-    cdef object rng
     cdef readonly int max_attempts
     cdef readonly int attempts          # attempts begun that count toward maxAttempts
     cdef readonly bint committed
     cdef readonly bint finished
-    cdef readonly double delay          # with RETRY: seconds to wait before the next attempt
-    cdef readonly int backoff_step      # retries since the last pushback: the exponent of the backoff
     cdef readonly long buffered         # bytes charged to this call and to the pool
     cdef readonly list replay           # messages to replay; replay[0] is message number replay_base
     cdef readonly long replay_base
     cdef readonly bint half_closed
     cdef readonly object used           # bit mask of the address indices this call's attempts went to
-    cdef readonly bint transparent      # the next attempt is a transparent retry
-    cdef readonly bint refused_retried  # the one transparent retry of a refused attempt is spent
     cdef bint transparent_enabled
+    cdef readonly bint refused_retried  # the one transparent retry of a refused attempt is spent
 
     def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, long per_rpc_limit,
-                 double deadline, rng, bint enabled=True):
+                 double deadline, bint enabled=True):
         self.policy = policy
         self.throttle = throttle
         self.pool = pool
         self.per_rpc_limit = per_rpc_limit
         self.deadline = deadline
-        self.rng = rng
         self.max_attempts = policy.max_attempts if enabled else 1
         # A call that may not retry is committed from the start: it buffers nothing.
         self.committed = self.max_attempts <= 1
         self.replay = []
         self.used = 0
         self.transparent_enabled = enabled
+
+    cpdef void use_address(self, int index):
+        """The attempt just begun goes to address `index`; later picks avoid it while they can."""
+        self.used = self.used | (1 << index)
+
+    cdef bint _transparent_allowed(self, int kind, double now):
+        if self.finished or not self.transparent_enabled or now >= self.deadline or self.replay_base != 0:
+            return False
+        if kind == REFUSED:
+            if self.refused_retried:
+                return False
+            self.refused_retried = True
+        return True
+
+    # -- sending and the replay buffer -----------------------------------------------------------------
+
+    cpdef bint add_message(self, bytes message):
+        """The application sent `message`: queue it for the attempts. Returns True when it is held for
+        replay, False when the call is (or just became, by overflowing its buffers) committed."""
+        cdef long n = len(message)
+        self.replay.append(message)
+        if self.committed:
+            return False
+        if self.buffered + n > self.per_rpc_limit or not self.pool.reserve(n):
+            self._overflow()
+            return False
+        self.buffered += n
+        return True
+
+    cdef void _overflow(self):
+        self.commit()
+
+    cpdef void close_send(self):
+        self.half_closed = True
+
+    cpdef void trim_sent(self, long sent):
+        """The committed attempt has written the first `sent` messages: drop them from memory."""
+        if self.committed and sent > self.replay_base:
+            del self.replay[:sent - self.replay_base]
+            self.replay_base = sent
+
+    # -- ending -----------------------------------------------------------------------------------------
+
+    cpdef void commit(self):
+        """Run on one attempt from now on; release the buffer's budget (A6: no more replay)."""
+        if self.committed:
+            return
+        self.committed = True
+        self._release()
+
+    cpdef void finish(self):
+        """The call is over (delivered or cancelled): free everything it held."""
+        self.finished = True
+        self.committed = True
+        self._release()
+        self.replay = []
+
+    cdef inline void _release(self):
+        if self.buffered:
+            self.pool.release(self.buffered)
+            self.buffered = 0
+
+
+cdef class RetryCall(CallCore):
+    cdef object rng
+    cdef readonly double delay          # with RETRY: seconds to wait before the next attempt
+    cdef readonly int backoff_step      # retries since the last pushback: the exponent of the backoff
+    cdef readonly bint transparent      # the next attempt is a transparent retry
+
+    def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, long per_rpc_limit,
+                 double deadline, rng, bint enabled=True):
+        CallCore.__init__(self, policy, throttle, pool, per_rpc_limit, deadline, enabled)
+        self.rng = rng
 
     # -- attempts ---------------------------------------------------------------------------------------
 
@@ -72,20 +143,12 @@ cdef class RetryCall:
         self.attempts += 1
         return self.attempts - 1
 
-    cpdef void use_address(self, int index):
-        """The attempt just begun goes to address `index`; later picks avoid it while they can."""
-        self.used = self.used | (1 << index)
-
     cpdef bint on_transparent(self, int kind, double now):
         """The current attempt failed before the server's application saw it (`kind` NOT_SENT or REFUSED).
         True: retry it at once without counting it (maxAttempts, throttle, metadata). False: treat the
         failure as an ordinary status (on_status)."""
-        if self.finished or not self.transparent_enabled or now >= self.deadline or self.replay_base != 0:
+        if not self._transparent_allowed(kind, now):
             return False
-        if kind == REFUSED:
-            if self.refused_retried:
-                return False
-            self.refused_retried = True
         self.transparent = True
         self.delay = 0.0
         return True
@@ -132,51 +195,6 @@ cdef class RetryCall:
             # Wake at the deadline; begin_attempt() will then refuse and the call ends DEADLINE_EXCEEDED.
             self.delay = self.deadline - now
         return ACTION_RETRY
-
-    # -- sending and the replay buffer -----------------------------------------------------------------
-
-    cpdef bint add_message(self, bytes message):
-        """The application sent `message`: queue it for the attempts. Returns True when it is held for
-        replay, False when the call is (or just became, by overflowing its buffers) committed."""
-        cdef long n = len(message)
-        self.replay.append(message)
-        if self.committed:
-            return False
-        if self.buffered + n > self.per_rpc_limit or not self.pool.reserve(n):
-            self.commit()
-            return False
-        self.buffered += n
-        return True
-
-    cpdef void close_send(self):
-        self.half_closed = True
-
-    cpdef void trim_sent(self, long sent):
-        """The committed attempt has written the first `sent` messages: drop them from memory."""
-        if self.committed and sent > self.replay_base:
-            del self.replay[:sent - self.replay_base]
-            self.replay_base = sent
-
-    # -- ending -----------------------------------------------------------------------------------------
-
-    cpdef void commit(self):
-        """Run on the current attempt from now on; release the buffer's budget (A6: no more replay)."""
-        if self.committed:
-            return
-        self.committed = True
-        self._release()
-
-    cpdef void finish(self):
-        """The call is over (delivered or cancelled): free everything it held."""
-        self.finished = True
-        self.committed = True
-        self._release()
-        self.replay = []
-
-    cdef inline void _release(self):
-        if self.buffered:
-            self.pool.release(self.buffered)
-            self.buffered = 0
 
     def __repr__(self):
         return (f"RetryCall(attempts={self.attempts}/{self.max_attempts}, committed={self.committed}, "

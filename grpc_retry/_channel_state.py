@@ -60,8 +60,11 @@ class ChannelState:
             return _NO_RETRY
         timeout = mc.timeout if mc.timeout is not None else math.inf
         rp = mc.retry_policy if self.options.enable_retries else None
+        hp = mc.hedging_policy if self.options.enable_retries else None
+        if hp is not None:
+            return CallPolicy(max_attempts=hp.max_attempts, retryable_codes=hp.non_fatal_status_codes,
+                              timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay)
         if rp is None:
-            # Hedging policies are parsed and validated; until hedging runs they behave as plain calls.
             return CallPolicy(timeout=timeout, wait_for_ready=mc.wait_for_ready)
         return CallPolicy(
             max_attempts=rp.max_attempts,

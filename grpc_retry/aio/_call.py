@@ -203,7 +203,7 @@ class _RetryingCall:
 
     def _finish_from_error(self, error: AioRpcError):
         """End with the status of `error`, the attempt whose result is returned."""
-        previous = self._core.attempts - 1
+        previous = self._previous()
         trailing = error.trailing_metadata()
         if previous > 0:
             trailing = _trailing_with_attempts(trailing, previous)
@@ -219,8 +219,12 @@ class _RetryingCall:
             self._attempt.cancel()
         self._finish(code, details, initial, trailing, error)
 
+    def _previous(self) -> int:
+        """Attempts made before the one whose result the application gets (its trailing metadata says so)."""
+        return self._core.attempts - 1
+
     async def _finish_ok(self, attempt):
-        previous = self._core.attempts - 1
+        previous = self._previous()
         trailing = await attempt.trailing_metadata()
         if previous > 0:
             trailing = _trailing_with_attempts(trailing, previous)
@@ -500,8 +504,13 @@ class _StreamResponse(_RetryingCall):
         if not self._done:
             await self._finish_attempt(attempt)
 
+    def _account(self, code: grpc.StatusCode, trailing) -> None:
+        """The committed attempt ended: the throttle counts it, as every call's end (A6 "Throttling")."""
+        self._core.on_status(code.value[0], trailing, monotonic())
+
     async def _finish_attempt(self, attempt):
         code = await attempt.code()
+        self._account(code, await attempt.trailing_metadata())
         if code == grpc.StatusCode.OK:
             await self._finish_ok(attempt)
         else:
@@ -534,6 +543,7 @@ class _StreamResponse(_RetryingCall):
                 self._peeked = None
         except AioRpcError as error:
             if not self._done:
+                self._account(error.code(), error.trailing_metadata())
                 self._finish_from_error(error)
             self._raise_if_failed()
             raise
@@ -638,7 +648,9 @@ class _StreamRequest:
         self._writer = self._loop.create_task(self._write_attempt(attempt))
         return _STARTED
 
-    async def _write_attempt(self, attempt):
+    async def _write_attempt(self, attempt, hedge: int = -1):
+        """Replay what the call has buffered to `attempt`, then follow new messages. A hedge (index >= 0)
+        reports how far it got, for the core to choose the winner if the buffer overflows."""
         core = self._core
         sent = 0
         try:
@@ -649,7 +661,11 @@ class _StreamRequest:
                     if not await _send(attempt, replay[index]):
                         return
                     sent += 1
-                    if core.committed:
+                    if hedge >= 0:
+                        core.on_sent(hedge, sent)
+                        if core.committed and hedge == core.winner:
+                            core.trim_sent(sent)
+                    elif core.committed:
                         core.trim_sent(sent)
                     continue
                 if core.half_closed:

@@ -1,0 +1,202 @@
+"""A6 hedging over three real grpcio backends on loopback, through both APIs (the `client` fixture).
+
+The channel's target lists the three backends (pick_first, in order), so attempt i of a call goes to backend i
+while the call has not used them all: each rule is checked on what each backend saw."""
+
+import json
+import threading
+import time
+
+import grpc
+import pytest
+from support.backend import BIDI, SERVER_STREAM, UNARY, Backend, Step, fail, pushback
+from support.clients import ECHO_SERVICE
+
+OK = grpc.StatusCode.OK
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.fixture
+def backends():
+    servers = [Backend() for _ in range(3)]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def target(backends):
+    return "ipv4:" + ",".join(b.target for b in backends)
+
+
+def hedging_options(max_attempts=3, delay="0.2s", codes=("UNAVAILABLE",), throttling=None, extra=()):
+    policy = {"maxAttempts": max_attempts, "nonFatalStatusCodes": list(codes)}
+    if delay is not None:
+        policy["hedgingDelay"] = delay
+    config = {"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "hedgingPolicy": policy}]}
+    if throttling:
+        config["retryThrottling"] = throttling
+    return [("grpc.service_config", json.dumps(config)), *extra]
+
+
+def seen(backends, method=UNARY):
+    return [len(b.attempts_of(method)) for b in backends]
+
+
+def test_a_slow_first_attempt_is_hedged_on_another_backend(client, backends):
+    backends[0].script(UNARY, Step(wait=0))  # never answers: held until cancelled
+    ch = client.channel(target(backends), hedging_options(delay="0.2s"))
+    started = time.monotonic()
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK and out.response == b"x"
+    assert time.monotonic() - started >= 0.2
+    assert seen(backends) == [1, 1, 0]
+    assert backends[1].attempts_of(UNARY)[0].previous == "1"
+    assert out.previous_attempts == "1"
+    (slow,) = backends[0].wait_ended(UNARY, 1)
+    assert slow.cancelled  # the loser was cancelled when the hedge won
+
+
+def test_no_hedge_when_the_first_answers_in_time(client, backends):
+    ch = client.channel(target(backends), hedging_options(delay="2s"))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK and out.previous_attempts is None
+    assert seen(backends) == [1, 0, 0]
+
+
+def test_zero_delay_sends_every_attempt_at_once(client, backends):
+    for b in backends[:2]:
+        b.script(UNARY, Step(wait=0))
+    gate = threading.Event()
+    backends[2].script(UNARY, Step(gate=gate))
+    release = backends[2].event_when(lambda: all(len(b.attempts_of(UNARY)) == 1 for b in backends))
+    threading.Thread(target=lambda: (release.wait(10), gate.set()), daemon=True).start()
+    ch = client.channel(target(backends), hedging_options(delay=None))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK
+    assert seen(backends) == [1, 1, 1]
+    assert [b.attempts_of(UNARY)[0].previous for b in backends] == [None, "1", "2"]
+    assert out.previous_attempts == "2"
+
+
+def test_a_non_fatal_status_sends_the_next_hedge_at_once(client, backends):
+    backends[0].script(UNARY, fail(UNAVAILABLE))
+    ch = client.channel(target(backends), hedging_options(delay="20s"))
+    started = time.monotonic()
+    out = ch.unary(UNARY, b"x", timeout=30)
+    assert out.code == OK
+    assert time.monotonic() - started < 5
+    assert seen(backends) == [1, 1, 0]
+
+
+def test_a_fatal_status_cancels_every_hedge_and_is_returned(client, backends):
+    backends[0].script(UNARY, Step(wait=0))
+    backends[1].script(UNARY, fail(grpc.StatusCode.INVALID_ARGUMENT, "bad request"))
+    ch = client.channel(target(backends), hedging_options(delay="0.1s"))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert (out.code, out.details) == (grpc.StatusCode.INVALID_ARGUMENT, "bad request")
+    assert out.previous_attempts == "1"
+    (first,) = backends[0].wait_ended(UNARY, 1)
+    assert first.cancelled
+    time.sleep(0.3)  # past the third hedge's due time: it must not have been sent
+    assert seen(backends) == [1, 1, 0]
+
+
+def test_when_every_hedge_fails_the_last_status_is_returned_after_the_last_ends(client, backends):
+    for i, wait in enumerate((0.1, 0.6, 0.3)):
+        backends[i].script(UNARY, fail(UNAVAILABLE, f"backend {i}", wait=wait))
+    ch = client.channel(target(backends), hedging_options(delay=None))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert (out.code, out.details) == (UNAVAILABLE, "backend 1")
+    assert out.previous_attempts == "1"
+    assert seen(backends) == [1, 1, 1]
+
+
+def test_pushback_stop_ends_hedging(client, backends):
+    backends[0].script(UNARY, fail(UNAVAILABLE, "stop", trailing=(("grpc-retry-pushback-ms", "-1"),)))
+    ch = client.channel(target(backends), hedging_options(delay="0.3s"))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert (out.code, out.details) == (UNAVAILABLE, "stop")
+    time.sleep(0.5)  # past the next hedge's due time
+    assert seen(backends) == [1, 0, 0]
+
+
+def test_pushback_delays_the_next_hedge(client, backends):
+    backends[0].script(UNARY, pushback(400))
+    ch = client.channel(target(backends), hedging_options(delay="20s"))
+    out = ch.unary(UNARY, b"x", timeout=30)
+    assert out.code == OK
+    (first,) = backends[0].attempts_of(UNARY)
+    (second,) = backends[1].attempts_of(UNARY)
+    assert 0.4 <= second.arrived - first.ended < 5
+
+
+def test_throttled_hedges_are_not_sent(client, backends):
+    # maxTokens 2: a first call whose two attempts both fail takes the tokens to 0 (threshold 1).
+    for b in backends[:2]:
+        b.script(UNARY, fail(UNAVAILABLE))
+    options = hedging_options(max_attempts=2, delay=None, throttling={"maxTokens": 2, "tokenRatio": 0.1})
+    ch = client.channel(target(backends), options)
+    assert ch.unary(UNARY, b"x", timeout=10).code == UNAVAILABLE
+    assert ch.throttle_tokens == 0
+    # Now only the original goes: the hedge due at once is throttled.
+    backends[2].script(UNARY, Step(wait=0.3))
+    before = sum(seen(backends))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK
+    assert sum(seen(backends)) - before == 1
+
+
+def test_messages_go_to_every_live_hedge(client, backends):
+    from support.clients import Gate
+
+    # Backend 0 reads the whole request stream, then holds; the hedge (after 0.1 s) to backend 1 answers.
+    backends[0].script(BIDI, Step(code=UNAVAILABLE, responses=0, read_all=True, wait=0))
+    both = backends[1].event_when(lambda: len(backends[1].attempts_of(BIDI)) == 1)
+    ch = client.channel(target(backends), hedging_options(delay="0.1s"))
+    out = ch.bidi(BIDI, [b"a", Gate(both), b"b", b"c"], timeout=10)
+    assert out.code == OK and out.responses == [b"a", b"b", b"c"]
+    assert backends[1].attempts_of(BIDI)[0].requests == [b"a", b"b", b"c"]
+    assert backends[1].attempts_of(BIDI)[0].previous == "1"
+
+
+def test_a_server_stream_commits_to_the_first_hedge_with_a_message(client, backends):
+    backends[0].script(SERVER_STREAM, Step(wait=0))
+    ch = client.channel(target(backends), hedging_options(delay="0.1s"))
+    out = ch.server_stream(SERVER_STREAM, b"s", timeout=10)
+    assert out.code == OK and out.responses == [b"s#0", b"s#1", b"s#2"]
+    assert out.previous_attempts == "1"
+    assert seen(backends, SERVER_STREAM) == [1, 1, 0]
+
+
+def test_deadline_during_hedging_ends_the_call_and_every_attempt(client, backends):
+    for b in backends:
+        b.script(UNARY, Step(wait=0))
+    ch = client.channel(target(backends), hedging_options(delay="0.1s"))
+    out = ch.unary(UNARY, b"x", timeout=0.6)
+    assert out.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    for b in backends:
+        b.wait_ended(UNARY, 1)
+    assert seen(backends) == [1, 1, 1]
+
+
+def test_cancel_during_hedging_cancels_every_attempt(client, backends):
+    for b in backends:
+        b.script(UNARY, Step(wait=0))
+    ch = client.channel(target(backends), hedging_options(delay=None))
+    handle = ch.start_call("unary", UNARY, b"x", timeout=30)
+    for b in backends:
+        b.wait_attempts(UNARY, 1)
+    assert handle.cancel()
+    out = handle.result(10)
+    assert out.code == grpc.StatusCode.CANCELLED
+    for b in backends:
+        (attempt,) = b.wait_ended(UNARY, 1)
+        assert attempt.cancelled
+    assert handle.done_callbacks == [1]
+
+
+def test_hedging_off_with_enable_retries_0(client, backends):
+    backends[0].script(UNARY, Step(wait=0.5))
+    ch = client.channel(target(backends), hedging_options(delay=None, extra=[("grpc.enable_retries", 0)]))
+    assert ch.unary(UNARY, b"x", timeout=10).code == OK
+    assert seen(backends) == [1, 0, 0]
