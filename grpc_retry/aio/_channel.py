@@ -23,10 +23,10 @@ from grpc.aio._interceptor import (
 )
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import RetryCall
+from grpc_retry._core import HedgingCall, RetryCall
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import AioSubchannels
-from grpc_retry.aio import _call
+from grpc_retry.aio import _call, _hedging
 
 log = logging.getLogger("grpc_retry")
 
@@ -37,7 +37,7 @@ class _MultiCallable:
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy",
-                 "_interceptors", "_kind", "subchannels")
+                 "_interceptors", "_kind", "subchannels", "_calls")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
         self._channel = channel
@@ -46,6 +46,7 @@ class _MultiCallable:
         self._serializer = serializer
         self._deserializer = deserializer
         self._policy = self._state.policy(method)
+        self._calls = _hedging if self._policy.hedging else _call  # the call classes: hedged or retried
         self._kind = kind
         self._inner: list = []
         self.subchannels = channel._subchannels
@@ -71,6 +72,8 @@ class _MultiCallable:
         if timeout is not None and timeout < limit:
             limit = timeout
         deadline = _INF if limit == _INF else monotonic() + limit
+        if policy.hedging:
+            return HedgingCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline)
         return RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline, state.rng,
                          state.options.enable_retries)
 
@@ -99,7 +102,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCalla
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = _call.UnaryUnaryCall(self._state, self, self._core(timeout), self._serialize(request),
+        call = self._calls.UnaryUnaryCall(self._state, self, self._core(timeout), self._serialize(request),
                                     metadata, credentials,
                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
         return call
@@ -116,7 +119,7 @@ class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCal
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = _call.UnaryStreamCall(self._state, self, self._core(timeout), self._serialize(request),
+        call = self._calls.UnaryStreamCall(self._state, self, self._core(timeout), self._serialize(request),
                                     metadata, credentials,
                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
         return call
@@ -133,7 +136,7 @@ class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCal
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return _call.StreamUnaryCall(self._state, self, self._core(timeout), request_iterator,
+        return self._calls.StreamUnaryCall(self._state, self, self._core(timeout), request_iterator,
                                      self._serializer, metadata, credentials,
                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
 
@@ -149,7 +152,7 @@ class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiC
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return _call.StreamStreamCall(self._state, self, self._core(timeout), request_iterator,
+        return self._calls.StreamStreamCall(self._state, self, self._core(timeout), request_iterator,
                                       self._serializer, metadata, credentials,
                                       self._wait_for_ready(wait_for_ready), compression, self._deserializer)
 
