@@ -42,8 +42,11 @@ class _Hedged:
         self._wakeup: Optional[asyncio.Future] = None
 
     def _first_attempt(self) -> None:
-        # Hedges are due on a clock, so a hedged call is driven from the start, by a task of its own.
-        self._ensure_driver()
+        # The original goes at once; whoever awaits the call (or a done callback's task) then drives the hedges,
+        # as with retries. With no address to take it yet, a task waits for one.
+        now = monotonic()
+        if not (self._core.hedge_due(now) and self._start_hedge(now)):
+            self._ensure_driver()
 
     def _previous(self) -> int:
         final = self._core.final if self._core.finished else self._core.winner
