@@ -59,6 +59,8 @@ cdef class HedgingCall(CallCore):
         """Count the attempt that hedge_due() asked for; returns its index (its grpc-previous-rpc-attempts)."""
         cdef int index = self.attempts
         self.attempts += 1
+        if index > 0:
+            self.policy.stats.record_retry(index)
         self.live += 1
         self._sent.append(0)
         self._ended.append(False)
@@ -99,6 +101,8 @@ cdef class HedgingCall(CallCore):
         self._ended[index] = True
         self._last = index
         self.live -= 1
+        if index > 0 and code != STATUS_OK and (self.winner < 0 or index == self.winner):
+            self.policy.stats.record_failure()  # not a loser the driver cancelled
         if self.finished:
             return
         if self.winner >= 0:

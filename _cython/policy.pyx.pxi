@@ -11,6 +11,35 @@ cdef inline unsigned int code_mask(codes) except? 0:
     return mask
 
 
+# A6 "Retry and Hedging Statistics", per method: retry attempts made (hedges after the first count as
+# retries), those that failed, and a histogram of which retry each attempt was.
+cdef tuple STATS_BUCKETS = (1, 2, 3, 4, 5, 10, 100, 1000)
+
+
+cdef class RetryStats:
+    cdef readonly long retries
+    cdef readonly long retries_failed
+    cdef long _buckets[8]
+
+    cdef void record_retry(self, int n):
+        """The n-th retry (n >= 1) of a call began: it counts in the bucket of the largest threshold <= n."""
+        cdef int i = 7
+        while i > 0 and n < <int>STATS_BUCKETS[i]:
+            i -= 1
+        self.retries += 1
+        self._buckets[i] += 1
+
+    cdef void record_failure(self):
+        self.retries_failed += 1
+
+    def histogram(self):
+        return {f">={STATS_BUCKETS[i]}": self._buckets[i] for i in range(8)}
+
+    def as_dict(self):
+        return {"retry_attempts": self.retries, "retry_attempts_failed": self.retries_failed,
+                "histogram": self.histogram()}
+
+
 cdef class CallPolicy:
     """Retry or hedging settings of one method. max_attempts 1 means: no retries (a plain call).
     A hedging policy has hedging_delay >= 0, and its nonFatalStatusCodes in retryable_mask."""
@@ -23,6 +52,7 @@ cdef class CallPolicy:
     cdef readonly double timeout
     cdef readonly object wait_for_ready
     cdef readonly double hedging_delay   # seconds; -1: a retry policy (or none)
+    cdef readonly RetryStats stats
 
     def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
                  double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),
@@ -37,6 +67,7 @@ cdef class CallPolicy:
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         self.hedging_delay = hedging_delay
+        self.stats = RetryStats()
 
     @property
     def hedging(self):

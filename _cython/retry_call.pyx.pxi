@@ -141,6 +141,8 @@ cdef class RetryCall(CallCore):
             self.transparent = False
             return self.attempts - 1
         self.attempts += 1
+        if self.attempts > 1:
+            self.policy.stats.record_retry(self.attempts - 1)
         return self.attempts - 1
 
     cpdef bint on_transparent(self, int kind, double now):
@@ -167,6 +169,8 @@ cdef class RetryCall(CallCore):
         if self.max_attempts <= 1:
             self.finish()
             return ACTION_FINISH
+        if self.attempts > 1 and code != STATUS_OK:
+            self.policy.stats.record_failure()
         if code == STATUS_OK:
             if self.throttle is not None:
                 self.throttle.record_success()

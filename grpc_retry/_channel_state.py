@@ -54,6 +54,11 @@ class ChannelState:
             policy = self._policies[method] = self._resolve(method)
         return policy
 
+    def retry_stats(self) -> Dict[str, dict]:
+        """A6 retry statistics of each method this channel has called with a retry or hedging policy."""
+        return {method: policy.stats.as_dict() for method, policy in self._policies.items()
+                if policy.max_attempts > 1}
+
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)
         if mc is None:

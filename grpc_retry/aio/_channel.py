@@ -264,6 +264,11 @@ class Channel(_base_channel.Channel):
     async def __aexit__(self, exc_type, exc_val, exc_tb) -> None:
         await self.close(None)
 
+    def retry_stats(self) -> dict:
+        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
+        histogram of which retry each was (hedges after the first count as retries)."""
+        return self._state.retry_stats()
+
     @property
     def throttle_tokens(self) -> Optional[float]:
         """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""

@@ -131,6 +131,8 @@ async def test_aio_call_accessors(backend):
         assert dict(await call.initial_metadata())["x-h"] == "1"
         assert dict(await call.trailing_metadata()) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
         assert call.done() and not call.cancelled()
+        stats = channel.retry_stats()[UNARY]
+        assert (stats["retry_attempts"], stats["retry_attempts_failed"]) == (1, 0)
 
 
 async def test_aio_error_is_an_aio_rpc_error(backend):
