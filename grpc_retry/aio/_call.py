@@ -46,6 +46,7 @@ class _RetryingCall:
         "_core", "_state", "_multicallable", "_subchannels", "_metadata", "_credentials", "_wait_for_ready",
         "_compression", "_deserializer", "_attempt", "_done", "_code", "_details", "_initial", "_trailing", "_error",
         "_callbacks", "_driving", "_waiter", "_sleep", "_loop", "_task", "__weakref__",
+        "_grpc_wfr", "_since", "_started", "_stale", "_answered",
     )
 
     def __init__(self, state, multicallable, core: RetryCall, metadata, credentials, wait_for_ready,
@@ -57,6 +58,10 @@ class _RetryingCall:
         self._metadata = tuple(metadata) if metadata else ()
         self._credentials = credentials
         self._wait_for_ready = wait_for_ready
+        self._grpc_wfr = False if state.options.enable_retries else wait_for_ready
+        self._since = self._started = 0
+        self._stale = None
+        self._answered = False
         self._compression = compression
         self._deserializer = deserializer
         self._attempt = None
@@ -79,14 +84,16 @@ class _RetryingCall:
         """Pick an address the call has not used (while one can take it) and count the attempt:
         (grpcio multicallable, metadata, timeout), or _WAIT (no address now), or _DEADLINE."""
         core = self._core
+        since = self._since = self._subchannels.generation
         index = self._subchannels.pick(core.used)
-        if index < 0:
+        if index < 0 or (self._stale == since and (core.used >> index) & 1):
             return _WAIT
         now = monotonic()
         previous = core.begin_attempt(now)
         if previous < 0:
             return _DEADLINE
         core.use_address(index)
+        self._started, self._stale, self._answered = since, None, False
         metadata = self._metadata if previous == 0 else self._metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
         deadline = core.deadline
         return self._multicallable.inner(index), metadata, (None if deadline == _INF else deadline - now)
@@ -144,8 +151,11 @@ class _RetryingCall:
             # Never left the client: only worth another go on an address this call has not tried.
             index = self._subchannels.pick(core.used)
             if index < 0 or (core.used >> index) & 1:
-                return False
+                if not self._wait_for_ready:
+                    return False
+                self._stale = self._started  # retry a used address only after news of it
         if not core.on_transparent(kind, monotonic()):
+            self._stale = None
             return False
         if log.isEnabledFor(logging.DEBUG):
             log.debug("call %x: transparent retry after %s: %s", id(self), code, details)
@@ -161,7 +171,9 @@ class _RetryingCall:
         if subchannels is not None:
             def listener():
                 loop.call_soon_threadsafe(_wake, sleep)
-            subchannels.add_listener(listener)
+            if not subchannels.when_changed(self._since, listener):
+                listener = None
+                _wake(sleep)
         try:
             await sleep
         finally:
@@ -430,7 +442,7 @@ class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
         multicallable, metadata, timeout = attempt
         self._attempt = multicallable(
             self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._wait_for_ready, compression=self._compression)
+            wait_for_ready=self._grpc_wfr, compression=self._compression)
         return _STARTED
 
 
@@ -440,7 +452,7 @@ class _StreamResponse(_RetryingCall):
     __slots__ = ("_peeked",)
 
     async def _settle_headers(self):
-        while not self._done and not self._core.committed:
+        while not self._done and not self._answered:
             if self._driving:
                 await self._wait_driver()
             else:
@@ -453,7 +465,7 @@ class _StreamResponse(_RetryingCall):
         self._driving = True
         core = self._core
         try:
-            while not self._done and not core.committed:
+            while not self._done and not self._answered:
                 attempt = self._attempt
                 try:
                     if attempt is None:
@@ -467,9 +479,11 @@ class _StreamResponse(_RetryingCall):
                         break
                     if message is not _EOF:
                         self._peeked = message
+                        self._answered = True
                         core.on_headers()
                         break
                     if await attempt.initial_metadata():
+                        self._answered = True
                         core.on_headers()
                         break
                     code = await attempt.code()
@@ -523,13 +537,13 @@ class _StreamResponse(_RetryingCall):
         while not self._done:
             if self._driving:
                 await self._wait_driver()
-            elif not self._core.committed:
+            elif not self._answered:
                 await self._drive()
             else:
                 await self._drain_status()
 
     async def read(self) -> Any:
-        if not self._done and not self._core.committed:
+        if not self._done and not self._answered:
             await self._settle_headers()
         if self._done:
             self._raise_if_failed()
@@ -598,7 +612,7 @@ class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
         multicallable, metadata, timeout = attempt
         self._attempt = multicallable(
             self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._wait_for_ready, compression=self._compression)
+            wait_for_ready=self._grpc_wfr, compression=self._compression)
         return _STARTED
 
 
@@ -644,7 +658,7 @@ class _StreamRequest:
             self._writer.cancel()
         attempt = self._attempt = multicallable(
             None, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._wait_for_ready, compression=self._compression)
+            wait_for_ready=self._grpc_wfr, compression=self._compression)
         self._writer = self._loop.create_task(self._write_attempt(attempt))
         return _STARTED
 

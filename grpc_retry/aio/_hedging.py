@@ -154,7 +154,7 @@ class _Hedged:
     def _open(self, multicallable, metadata, timeout, index):
         request = self._request if hasattr(self, "_request") else None
         attempt = multicallable(request, timeout=timeout, metadata=metadata, credentials=self._credentials,
-                                wait_for_ready=self._wait_for_ready, compression=self._compression)
+                                wait_for_ready=self._grpc_wfr, compression=self._compression)
         if request is None:
             self._writers[index] = self._loop.create_task(self._write_attempt(attempt, index))
         return attempt
@@ -224,6 +224,7 @@ class _Hedged:
             return False
         self._cancel_hedges(keep=winner)
         self._attempt = attempt
+        self._answered = True
         if winner in self._writers:
             self._writer = self._writers[winner]
         watcher = self._watchers.pop(winner, None)
