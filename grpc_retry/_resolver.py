@@ -95,9 +95,9 @@ def parse_target(target: str) -> Target:
         return Target("static", "localhost", 0, "localhost", (target,))
     if target.startswith("ipv4:") or target.startswith("ipv6:"):
         addresses = _static_list(target[5:], 4 if target[3] == "4" else 6, target)
-        first = target[5:].split(",")[0].strip()
-        return Target("static", _split_host_port(first, target)[0] if target[3] == "4" or first.startswith("[")
-                      else first, 0, first, addresses)
+        first = addresses[0].split(":", 1)[1]  # "a:p" or "[a]:p": the authority the subchannels send
+        host = first.rsplit(":", 1)[0].strip("[]")
+        return Target("static", host, 0, first, addresses)
     body = target
     if target.startswith("dns:"):
         body = target[4:]

@@ -21,11 +21,14 @@ import grpc
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
 from grpc_retry._options import RetryOptions
 from grpc_retry._resolver import parse_target, resolve
+from grpc_retry._timer import TIMERS
 
 log = logging.getLogger("grpc_retry")
 
-_SHUTDOWN = 4
+_IDLE = 0
+_READY = 2
 _TRANSIENT_FAILURE = 3
+_SHUTDOWN = 4
 
 
 class Subchannels:
@@ -42,14 +45,18 @@ class Subchannels:
         # connects one at a time, in order.
         self._eager = options.lb_policy == "round_robin"
         self._connected = 0  # addresses whose subchannel was started eagerly
+        self._connecting = False  # try_to_connect asked for a connection and none is READY yet
         self.addresses: List[str] = []
         self._channels: list = []
         self._lock = threading.RLock()
         self._listeners: List[Callable[[], None]] = []   # one-shot: waiters for the next change
         self._watchers: List[Callable[[], None]] = []    # persistent: connectivity subscribers
+        # Bumped on every change: a waiter that read it before looking at the states cannot miss a change.
+        self.generation = 0
         self.resolving = False
         self.resolution_error: Optional[str] = None
         self._last_resolution = float("-inf")
+        self._resolution_timer = None
         self.closed = False
         if self.target.scheme == "static":
             self._set_addresses(list(self.target.addresses))
@@ -84,7 +91,7 @@ class Subchannels:
         try:
             addresses = resolve(self.target)
             error = None if addresses else f"DNS resolution of {self.target.host!r} returned no addresses"
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
             addresses, error = [], f"DNS resolution of {self.target.host!r} failed: {exc}"
         with self._lock:
             self.resolving = False
@@ -95,6 +102,7 @@ class Subchannels:
                 self.resolution_error = error
         if error:
             log.warning("grpc_retry: %s", error)
+            self._maybe_resolve_again()  # nothing new to connect to: look again when the interval allows
         self._notify()
 
     def _set_addresses(self, addresses: List[str]) -> None:
@@ -117,15 +125,20 @@ class Subchannels:
 
     # -- subchannels ------------------------------------------------------------------------------------
 
-    def channel(self, index: int):
-        """The grpcio channel of address `index`, created on first use."""
+    def channel(self, index: int, connect: bool = False):
+        """The grpcio channel of address `index`, created on first use; `connect`: make it connect now."""
         channel = self._channels[index]
         if channel is None:
             with self._lock:
                 channel = self._channels[index]
                 if channel is None:
+                    if self.closed:
+                        raise self._closed_error()
                     channel = self._channels[index] = self._make_channel(self.addresses[index])
-                    self._watch(index, channel)
+                    self._watch(index, channel, connect)
+                    return channel
+        if connect:
+            self._kick(channel)
         return channel
 
     def pick(self, used) -> int:
@@ -138,22 +151,53 @@ class Subchannels:
             start, self._connected = self._connected, len(self.addresses)
         for index in range(start, self._connected):
             if self.picker.state(index) != _SHUTDOWN:
-                self._kick(self.channel(index))
+                self.channel(index, connect=True)
 
     def on_state(self, index: int, state: int) -> None:
         if self._channels[index] is None:
             return
         self.picker.set_state(index, state)
-        if state == _TRANSIENT_FAILURE and self.target.scheme == "dns" and self.picker.all_failed():
-            if monotonic() - self._last_resolution >= self.min_resolution_interval:
-                self._resolve()
+        if state == _READY:
+            self._connecting = False
+        elif state == _TRANSIENT_FAILURE:
+            if self._connecting:
+                self._connect_next()
+            if self.target.scheme == "dns" and self.picker.all_failed():
+                self._maybe_resolve_again()
         self._notify()
+
+    def _maybe_resolve_again(self) -> None:
+        """Every subchannel failed: look the name up again, at most once per min_resolution_interval (a
+        lookup that is not due yet is deferred to when it is, not dropped)."""
+        with self._lock:
+            if self.closed or self.resolving or self._resolution_timer is not None:
+                return
+            wait = self._last_resolution + self.min_resolution_interval - monotonic()
+            if wait > 0:
+                self._resolution_timer = TIMERS.schedule(wait, self._deferred_resolution)
+                return
+        self._resolve()
+
+    def _deferred_resolution(self) -> None:
+        with self._lock:
+            self._resolution_timer = None
+        if self.picker.all_failed():
+            self._resolve()
 
     # -- waiting for a change ---------------------------------------------------------------------------
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:
             self._listeners.append(listener)
+
+    def when_changed(self, since: int, listener: Callable[[], None]) -> bool:
+        """Call `listener` once at the next change, unless generation already moved past `since`
+        (then False, and nothing is registered: the caller looks again)."""
+        with self._lock:
+            if self.generation != since:
+                return False
+            self._listeners.append(listener)
+            return True
 
     def remove_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:
@@ -180,17 +224,23 @@ class Subchannels:
         return grpc.ChannelConnectivity.IDLE
 
     def connect(self) -> None:
-        """try_to_connect: start the subchannel the picker would use first."""
-        if self.addresses:
+        """try_to_connect: start the subchannel the picker would use first and, as grpcio's pick_first does,
+        the next one each time one fails, until one is READY."""
+        self._connecting = True
+        self._connect_next()
+
+    def _connect_next(self) -> None:
+        if self.addresses and not self.closed:
             index = self.pick(0)
-            channel = self.channel(index if index >= 0 else 0)
-            self._kick(channel)
+            if index >= 0 and self.picker.state(index) == _IDLE:
+                self.channel(index, connect=True)
 
     def _kick(self, channel) -> None:
         channel.get_state(True) if hasattr(channel, "get_state") else None
 
     def _notify(self) -> None:
         with self._lock:
+            self.generation += 1
             listeners, self._listeners = self._listeners, []
             listeners += self._watchers
         for listener in listeners:
@@ -209,11 +259,20 @@ class Subchannels:
     def _make_channel(self, address: str):
         raise NotImplementedError
 
-    def _watch(self, index: int, channel) -> None:
+    def _watch(self, index: int, channel, connect: bool) -> None:
         raise NotImplementedError
 
     def _close_channel(self, channel) -> None:
         raise NotImplementedError
+
+    def _closed_error(self) -> Exception:
+        return ValueError("Cannot invoke RPC on closed channel!")
+
+    def _stop_timers(self) -> None:
+        with self._lock:
+            timer, self._resolution_timer = self._resolution_timer, None
+        if timer is not None:
+            timer.cancel()
 
     def states(self) -> List[grpc.ChannelConnectivity]:
         by_value = {c.value[0]: c for c in grpc.ChannelConnectivity}
@@ -226,8 +285,8 @@ class SyncSubchannels(Subchannels):
             return grpc.insecure_channel(address, options=self._options, compression=self._compression)
         return grpc.secure_channel(address, self._credentials, options=self._options, compression=self._compression)
 
-    def _watch(self, index: int, channel: grpc.Channel) -> None:
-        channel.subscribe(lambda state: self.on_state(index, state.value[0]), try_to_connect=False)
+    def _watch(self, index: int, channel: grpc.Channel, connect: bool) -> None:
+        channel.subscribe(lambda state: self.on_state(index, state.value[0]), try_to_connect=connect)
 
     def _close_channel(self, channel) -> None:
         channel.close()
@@ -238,9 +297,15 @@ class SyncSubchannels(Subchannels):
         channel.subscribe(noop, try_to_connect=True)
         channel.unsubscribe(noop)
 
-    def wait_change(self, timeout: Optional[float]) -> None:
-        event = threading.Event()
-        self.add_listener(event.set)
+    def wait_change(self, timeout: Optional[float], since: Optional[int] = None,
+                    event: Optional[threading.Event] = None) -> None:
+        """Block until the next change (or one after generation `since`), `timeout` or `event` is set
+        (the caller's way to cut the wait short)."""
+        event = event if event is not None else threading.Event()
+        if since is None:
+            since = self.generation
+        if not self.when_changed(since, event.set):
+            return
         try:
             event.wait(timeout)
         finally:
@@ -250,6 +315,7 @@ class SyncSubchannels(Subchannels):
         with self._lock:
             self.closed = True
             channels, self._channels = self._channels, [None] * len(self._channels)
+        self._stop_timers()
         for channel in channels:
             if channel is not None:
                 channel.close()
@@ -259,6 +325,10 @@ class SyncSubchannels(Subchannels):
 class AioSubchannels(Subchannels):
     def __init__(self, *args):
         self._tasks: List[asyncio.Task] = []
+        try:
+            self._loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a coroutine: grpc.aio uses the current loop then
+            self._loop = asyncio.get_event_loop()
         super().__init__(*args)
 
     def _make_channel(self, address: str) -> grpc.aio.Channel:
@@ -267,12 +337,15 @@ class AioSubchannels(Subchannels):
         return grpc.aio.secure_channel(address, self._credentials, options=self._options,
                                        compression=self._compression)
 
-    def _watch(self, index: int, channel: grpc.aio.Channel) -> None:
-        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_loop(index, channel)))
+    def _closed_error(self) -> Exception:
+        return grpc.aio.UsageError("Channel is closed.")
 
-    async def _watch_loop(self, index: int, channel: grpc.aio.Channel) -> None:
+    def _watch(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_loop(index, channel, connect)))
+
+    async def _watch_loop(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
         try:
-            state = channel.get_state(False)
+            state = channel.get_state(connect)
             while True:
                 self.on_state(index, state.value[0])
                 await channel.wait_for_state_change(state)
@@ -281,19 +354,21 @@ class AioSubchannels(Subchannels):
             return
 
     def _close_channel(self, channel) -> None:
-        try:
-            asyncio.get_running_loop().create_task(channel.close())
-        except RuntimeError:
-            pass
+        # Called from the resolver thread too: hand the close to the channel's loop.
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: loop.create_task(channel.close()))
 
-    async def wait_change(self, timeout: Optional[float]) -> None:
+    async def wait_change(self, timeout: Optional[float], since: Optional[int] = None) -> None:
+        """Wait for the next change (or one after generation `since`), or `timeout`."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
         def wake():
             loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
 
-        self.add_listener(wake)
+        if not self.when_changed(self.generation if since is None else since, wake):
+            return
         try:
             await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
@@ -306,6 +381,7 @@ class AioSubchannels(Subchannels):
             self.closed = True
             channels, self._channels = self._channels, [None] * len(self._channels)
             tasks, self._tasks = self._tasks, []
+        self._stop_timers()
         for task in tasks:
             task.cancel()
         for channel in channels:

@@ -1,4 +1,5 @@
-"""grpc_retry's synchronous channels: grpc.Channel's interface over a subchannel whose own retries are off."""
+"""grpc_retry's synchronous channels: grpc.Channel's interface over one grpcio channel per resolved address
+(C-core's own retries off in each), every attempt on the address the picker chose for it."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from grpc_retry import _sync_call as calls
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import RetryCall
 from grpc_retry._options import OptionsType
+from grpc_retry._subchannels import SyncSubchannels
 
 _INF = math.inf
 
 
 class _MultiCallable:
-    __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy")
+    __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy", "_kind",
+                 "_subchannels")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
         self._channel = channel
@@ -28,8 +31,18 @@ class _MultiCallable:
         self._serializer = serializer
         self._deserializer = deserializer
         self._policy = self._state.policy(method)
-        # Attempts carry bytes: the application's (de)serializers run once per message, here.
-        self._inner = getattr(channel._subchannel, kind)(method)
+        self._kind = kind
+        self._subchannels = channel._subchannels
+        self._inner: dict = {}  # address index -> (its grpcio channel, this method on it)
+
+    def _inner_on(self, index: int):
+        """This method on subchannel `index`. Attempts carry bytes: the application's (de)serializers run
+        once per message, in grpc_retry, not once per attempt."""
+        channel = self._subchannels.channel(index)
+        entry = self._inner.get(index)
+        if entry is None or entry[0] is not channel:  # new, or the address came back on a new channel
+            entry = self._inner[index] = (channel, getattr(channel, self._kind)(self._method))
+        return entry[1]
 
     def _attempts(self, timeout, metadata, credentials, wait_for_ready, compression) -> calls.Attempts:
         state, policy = self._state, self._policy
@@ -41,8 +54,9 @@ class _MultiCallable:
                          state.options.enable_retries)
         if wait_for_ready is None:
             wait_for_ready = policy.wait_for_ready
-        return calls.Attempts(core, self._inner, metadata, credentials, wait_for_ready, compression,
-                              self._deserializer, self._channel._is_closed)
+        return calls.Attempts(core, self._subchannels, self._inner_on, metadata, credentials, wait_for_ready,
+                              compression, self._deserializer, self._channel._is_closed,
+                              state.options.enable_retries)
 
     def _unary_request(self, request, timeout, metadata, credentials, wait_for_ready, compression):
         attempts = self._attempts(timeout, metadata, credentials, wait_for_ready, compression)
@@ -162,15 +176,10 @@ class Channel(grpc.Channel):
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]):
         self._state = ChannelState(target, options)
-        # C-core's own retries are off: grpc_retry alone retries, so attempts are never multiplied.
-        sub_options = list(self._state.options.passthrough) + [("grpc.enable_retries", 0)]
-        if credentials is None:
-            self._subchannel = grpc.insecure_channel(target, options=sub_options, compression=compression)
-        else:
-            self._subchannel = grpc.secure_channel(target, credentials, options=sub_options,
-                                                   compression=compression)
+        self._subchannels = SyncSubchannels(target, self._state.options, credentials, compression)
         self._calls: weakref.WeakSet = weakref.WeakSet()  # non-blocking calls still running
         self._calls_lock = threading.Lock()
+        self._subscriptions: list = []
         self._closed = False
 
     def _is_closed(self) -> bool:
@@ -194,17 +203,34 @@ class Channel(grpc.Channel):
                                          "stream_stream")
 
     def subscribe(self, callback, try_to_connect=False) -> None:
-        self._subchannel.subscribe(callback, try_to_connect)
+        """As grpc.Channel.subscribe, for the channel's aggregate connectivity (READY if any subchannel is):
+        `callback` gets the current state at once (on another thread), then each change."""
+        subscription = _Subscription(self._subchannels, callback)
+        with self._calls_lock:
+            self._subscriptions.append(subscription)
+        self._subchannels.watch(subscription)
+        if try_to_connect:
+            self._subchannels.connect()
+        threading.Thread(target=subscription, name="grpc_retry-connectivity", daemon=True).start()
 
     def unsubscribe(self, callback) -> None:
-        self._subchannel.unsubscribe(callback)
+        with self._calls_lock:
+            for subscription in self._subscriptions:
+                if subscription.callback == callback:
+                    self._subscriptions.remove(subscription)
+                    self._subchannels.watch(subscription, add=False)
+                    return
 
     def close(self) -> None:
-        """End every call and timer this channel owns, then close the subchannel."""
+        """End every call and timer this channel owns, then close the subchannels."""
         self._closed = True
         for call in list(self._calls):
             call._fail_local(grpc.StatusCode.CANCELLED, "Channel closed!")
-        self._subchannel.close()
+        with self._calls_lock:
+            subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            self._subchannels.watch(subscription, add=False)
+        self._subchannels.close()
 
     def __enter__(self) -> Channel:
         return self
@@ -218,6 +244,30 @@ class Channel(grpc.Channel):
         """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""
         throttle = self._state.throttle
         return None if throttle is None else throttle.tokens
+
+
+class _Subscription:
+    """One subscribe() callback: told the aggregate state whenever it differs from what it was last told,
+    one delivery at a time."""
+
+    __slots__ = ("subchannels", "callback", "last", "lock")
+
+    def __init__(self, subchannels: SyncSubchannels, callback):
+        self.subchannels = subchannels
+        self.callback = callback
+        self.last = None
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            state = self.subchannels.aggregate_state()
+            if state is self.last:
+                return
+            self.last = state
+            try:
+                self.callback(state)
+            except Exception:
+                calls.log.exception("connectivity callback failed")
 
 
 def insecure_channel(target: str, options: OptionsType = None,

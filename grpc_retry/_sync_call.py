@@ -1,8 +1,10 @@
-"""The synchronous driver: grpc's sync call objects over attempts that are plain grpc sync calls.
+"""The synchronous driver: grpc's sync call objects over attempts that are plain grpc sync calls, each on the
+subchannel the picker chose for it (avoiding the backends the call already used).
 
 Blocking calls (`__call__`, `with_call`) run their attempts inline in the calling thread. Futures run on
-attempt-done callbacks and the shared timer thread. Response iterators are driven by the thread that reads
-them. No call holds a thread of its own (grpcio's own request-consumer thread per streaming attempt aside).
+attempt-done callbacks, subchannel-change listeners and the shared timer thread. Response iterators are driven
+by the thread that reads them. No call holds a thread of its own (grpcio's own request-consumer thread per
+streaming attempt aside).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Callable, List, Optional
 
 import grpc
 
-from grpc_retry._core import RETRY, RetryCall
+from grpc_retry._core import NOT_SENT, RETRY, RetryCall, transparent_kind
 from grpc_retry._timer import TIMERS
 
 log = logging.getLogger("grpc_retry")
@@ -24,6 +26,12 @@ _INF = float("inf")
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _CANCELLED_DETAILS = "Locally cancelled by application!"
 _DEADLINE_DETAILS = "Deadline Exceeded"
+_CLOSED_DETAILS = "Channel closed!"
+_OK = grpc.StatusCode.OK
+
+# What asking for the next attempt came to when no attempt could start.
+WAIT = 1       # no subchannel can take it now: wait for a change (Attempts.since), or fail fast
+DEADLINE = 2   # the call's deadline has passed
 
 
 def with_attempts(trailing, previous: int):
@@ -204,33 +212,105 @@ class RequestSource:
 
 
 class Attempts:
-    """How one call starts its attempts on the subchannel (shared by the call objects below)."""
+    """How one call starts its attempts: which subchannel (the picker, given the addresses the call used),
+    with what metadata and timeout; and whether a failed attempt is retried transparently."""
 
-    __slots__ = ("core", "multicallable", "metadata", "credentials", "wait_for_ready", "compression",
-                 "deserializer", "request", "requests", "closed")
+    __slots__ = ("core", "subchannels", "inner", "metadata", "credentials", "wait_for_ready", "compression",
+                 "deserializer", "request", "requests", "closed", "retries_enabled", "since", "started", "stale",
+                 "error")
 
-    def __init__(self, core, multicallable, metadata, credentials, wait_for_ready, compression, deserializer,
-                 closed: Callable[[], bool]):
+    def __init__(self, core, subchannels, inner, metadata, credentials, wait_for_ready, compression,
+                 deserializer, closed: Callable[[], bool], retries_enabled: bool):
         self.core = core
-        self.multicallable = multicallable
+        self.subchannels = subchannels
+        self.inner = inner           # inner(index): the method on subchannel `index`, carrying bytes
         self.metadata = tuple(metadata) if metadata else ()
         self.credentials = credentials
         self.wait_for_ready = wait_for_ready
+        self.retries_enabled = retries_enabled
         self.compression = compression
         self.deserializer = deserializer
         self.request = None          # bytes, for unary requests
         self.requests: Optional[RequestSource] = None
         self.closed = closed
+        self.since = 0               # with WAIT: the subchannels' generation to wait past
+        self.started = 0             # the generation when the current attempt started
+        self.stale: Optional[int] = None  # after NOT_SENT: retry a used address only once news arrived
+        self.error: Optional[grpc.RpcError] = None  # the last attempt's failure
 
-    def kwargs(self):
-        """Keyword arguments for the next attempt, or None when the deadline has passed."""
+    def next(self):
+        """Start-up of the next attempt: (grpcio multicallable, kwargs), or WAIT, or DEADLINE."""
+        core = self.core
+        subchannels = self.subchannels
+        since = subchannels.generation  # read before looking, so that no change can slip by a waiter
+        index = subchannels.pick(core.used)
         now = monotonic()
-        previous = self.core.begin_attempt(now)
+        if index < 0 or (self.stale == since and (core.used >> index) & 1):
+            if now >= core.deadline:
+                return DEADLINE
+            self.since = since
+            return WAIT
+        previous = core.begin_attempt(now)
         if previous < 0:
-            return None
-        return dict(timeout=attempt_timeout(self.core, now), metadata=attempt_metadata(self.metadata, previous),
-                    credentials=self.credentials, wait_for_ready=self.wait_for_ready,
-                    compression=self.compression)
+            return DEADLINE
+        core.use_address(index)
+        self.started, self.stale = since, None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %x: attempt %d (previous %d) on %s", id(core), core.attempts, previous,
+                      subchannels.addresses[index])
+        return self.inner(index), dict(
+            timeout=attempt_timeout(core, now), metadata=attempt_metadata(self.metadata, previous),
+            credentials=self.credentials, wait_for_ready=self.grpc_wait_for_ready(), compression=self.compression)
+
+    def grpc_wait_for_ready(self) -> bool:
+        """What the attempt tells grpcio. grpc_retry waits for ready itself where it can replay the attempt
+        (see transparent()), so that an address that cannot connect does not hold a waiting call while another
+        could take it; grpcio waits as usual when retries are off or a committed request stream cannot be
+        replayed."""
+        if not self.wait_for_ready:
+            return False
+        return not self.retries_enabled or (self.requests is not None and self.core.committed)
+
+    def transparent(self, code: grpc.StatusCode, details: Optional[str]) -> bool:
+        """The attempt just failed with `code`: if the server's application never saw it, retry it at once
+        and uncounted (True). A refused attempt is retried once per call; one that never left the client goes
+        to an address the call has not tried, or, for a call that waits for ready, waits for news."""
+        kind = transparent_kind(code.value[0], details)
+        if kind < 0:
+            return False
+        core = self.core
+        if kind == NOT_SENT:
+            index = self.subchannels.pick(core.used)
+            if index < 0 or (core.used >> index) & 1:
+                if not self.wait_for_ready:
+                    return False
+                self.stale = self.started
+        if not core.on_transparent(kind, monotonic()):
+            self.stale = None
+            return False
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %x: transparent retry after %s: %s", id(core), code, details)
+        return True
+
+    def ending(self, step: int) -> Optional[grpc.RpcError]:
+        """No attempt could start (`step`): the error that ends the call, or None when it is to wait."""
+        if step == DEADLINE:
+            return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        if self.closed():
+            return local_error(grpc.StatusCode.CANCELLED, _CLOSED_DETAILS)
+        if self.subchannels.resolved and not self.wait_for_ready:
+            # Fail fast, as grpcio does when its channel is in TRANSIENT_FAILURE.
+            if self.error is None:
+                return local_error(grpc.StatusCode.UNAVAILABLE, self.subchannels.unavailable_details())
+            previous = self.core.attempts - 1
+            return self.error if previous == 0 else RpcError.from_error(self.error, previous)
+        return None
+
+    def wait(self, event: Optional[threading.Event] = None) -> None:
+        """Block until the subchannels change after `since`, the deadline, or `event`."""
+        deadline = self.core.deadline
+        timeout = None if deadline == _INF else max(0.0, deadline - monotonic())
+        self.subchannels.wait_change(timeout, self.since, event)
 
     def payload(self):
         return self.request if self.requests is None else self.requests.attempt_iterator()
@@ -240,29 +320,40 @@ class Attempts:
 
 
 def blocking_call(attempts: Attempts, with_call: bool):
-    """Run a unary-response call inline in the calling thread: attempts, backoff sleeps and all."""
+    """Run a unary-response call inline in the calling thread: attempts, waits, backoff sleeps and all."""
     core = attempts.core
     while True:
-        kwargs = attempts.kwargs()
-        if kwargs is None:
-            raise local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
+        step = attempts.next()
+        if step.__class__ is int:
+            error = attempts.ending(step)
+            if error is None:
+                attempts.wait()
+                if not attempts.closed():
+                    continue
+                error = local_error(grpc.StatusCode.CANCELLED, _CLOSED_DETAILS)
+            core.finish()
+            raise error
+        multicallable, kwargs = step
         try:
-            response, call = attempts.multicallable.with_call(attempts.payload(), **kwargs)
+            response, call = multicallable.with_call(attempts.payload(), **kwargs)
         except grpc.RpcError as error:
             if attempts.requests is not None and attempts.requests.failed:
                 core.finish()
                 raise  # the caller replaces it with the request iterator's failure
+            attempts.error = error
+            if attempts.transparent(error.code(), error.details()):
+                continue
             if error.initial_metadata():
                 core.on_headers()
             if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("call: attempt %d failed %s, retrying in %.3fs", core.attempts, error.code(),
-                              core.delay)
+                    log.debug("call %x: attempt %d failed %s, retrying in %.3fs", id(core), core.attempts,
+                              error.code(), core.delay)
                 if core.delay > 0:
                     sleep(core.delay)
                 if attempts.closed():
                     core.finish()
-                    raise local_error(grpc.StatusCode.CANCELLED, "Channel closed!") from None
+                    raise local_error(grpc.StatusCode.CANCELLED, _CLOSED_DETAILS) from None
                 continue
             previous = core.attempts - 1
             core.finish()
@@ -293,6 +384,7 @@ class _CallBase(grpc.Call, grpc.Future):
         self._done = threading.Event()
         self._attempt = None
         self._timer = None
+        self._listening = False  # a subchannel-change listener is registered (UnaryFuture waiting)
         self._error: Optional[grpc.RpcError] = None
         self._response = None
         self._call_callbacks: List[Callable[[], None]] = []
@@ -311,6 +403,9 @@ class _CallBase(grpc.Call, grpc.Future):
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            if self._listening:
+                self._listening = False
+                self._attempts.subchannels.remove_listener(self._on_change)
             self._done.set()
             call_callbacks, self._call_callbacks = self._call_callbacks, []
             done_callbacks, self._done_callbacks = self._done_callbacks, []
@@ -325,6 +420,9 @@ class _CallBase(grpc.Call, grpc.Future):
         attempt = self._attempt
         if self._finish(local_error(code, details)) and attempt is not None:
             attempt.cancel()
+
+    def _on_change(self) -> None:  # UnaryFuture: the subchannels changed while it waited
+        pass
 
     def _final_error(self, error: grpc.RpcError) -> grpc.RpcError:
         previous = self._core.attempts - 1
@@ -430,7 +528,8 @@ def _run_callback(callback, *args):
 
 
 class UnaryFuture(_CallBase):
-    """future() of unary-response calls: attempts end in grpc callbacks, backoff on the timer thread."""
+    """future() of unary-response calls: attempts end in grpc callbacks, backoff on the timer thread, waits for
+    a subchannel on a change listener (and a deadline timer)."""
 
     def __init__(self, attempts: Attempts, registry):
         super().__init__(attempts, registry)
@@ -438,12 +537,41 @@ class UnaryFuture(_CallBase):
             self._start()
 
     def _start(self):
-        kwargs = self._attempts.kwargs()
-        if kwargs is None:
-            self._fail_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
-            return
-        attempt = self._attempt = self._attempts.multicallable.future(self._attempts.payload(), **kwargs)
-        attempt.add_done_callback(self._on_attempt_done)
+        """Start the next attempt, or end the call, or arrange to come back when the subchannels change
+        (under self._lock)."""
+        attempts = self._attempts
+        while not self._done.is_set():
+            step = attempts.next()
+            if step.__class__ is not int:
+                multicallable, kwargs = step
+                attempt = self._attempt = multicallable.future(attempts.payload(), **kwargs)
+                attempt.add_done_callback(self._on_attempt_done)
+                return
+            error = attempts.ending(step)
+            if error is not None:
+                self._finish(error)
+                return
+            if attempts.subchannels.when_changed(attempts.since, self._on_change):
+                self._listening = True
+                deadline = self._core.deadline
+                if deadline != _INF:
+                    self._timer = TIMERS.schedule(deadline - monotonic(), self._on_change)
+                return
+            # they changed while we looked: look again
+
+    def _on_change(self):
+        with self._lock:
+            if not self._listening:
+                return
+            self._listening = False
+            self._attempts.subchannels.remove_listener(self._on_change)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._attempts.closed():
+                self._finish(local_error(grpc.StatusCode.CANCELLED, _CLOSED_DETAILS))
+            else:
+                self._start()
 
     def _retry(self):
         with self._lock:
@@ -470,6 +598,10 @@ class UnaryFuture(_CallBase):
             requests = self._attempts.requests
             if requests is not None and requests.failed:
                 return  # the request iterator's failure already ended the call
+            self._attempts.error = error
+            if self._attempts.transparent(error.code(), error.details()):
+                self._start()
+                return
             if error.initial_metadata():
                 core.on_headers()
             if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
@@ -480,59 +612,136 @@ class UnaryFuture(_CallBase):
 
 class StreamingCall(_CallBase):
     """Response-streaming calls: an iterator that is also a grpc.Call and a grpc.Future, as grpcio's.
-    The reading thread drives: until a response's headers commit the call, it runs attempts and backoff."""
+
+    The reading thread drives: until an attempt answers (a response message, or headers that carry metadata),
+    it runs attempts, transparent retries and backoff; the answer commits the call to that attempt. A call that
+    commits from the start (no retry policy) is driven the same way, for its transparent retries. An attempt
+    that ends unanswered is decided once (_attempt_over), by the reader or by grpcio's callback."""
 
     def __init__(self, attempts: Attempts, registry):
         super().__init__(attempts, registry)
         self._drive_lock = threading.Lock()
-        self._wake = threading.Event()
+        self._wake = threading.Event()     # set when the call ends: cuts a backoff short
+        self._waiting: Optional[threading.Event] = None  # the reader's wait for a subchannel, ditto
         self._peeked = None
-        self._start()
+        self._answered = False   # the current attempt answered: the server's application saw it
+        self._decided = None     # the ended attempt whose fate was decided
+        self._start(block=False)
 
-    def _start(self) -> bool:
-        kwargs = self._attempts.kwargs()
-        if kwargs is None:
-            self._fail_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
-            return False
+    def _start(self, block: bool) -> bool:
+        """Start the next attempt (True), or end the call (False). When no subchannel can take it: the
+        reading thread (block) waits for one; otherwise the call is left without an attempt, for whoever
+        reads it to drive."""
+        attempts = self._attempts
         with self._lock:
+            self._attempt = None
+            self._answered = False
+        while not self._done.is_set():
+            step = attempts.next()
+            if step.__class__ is not int:
+                multicallable, kwargs = step
+                with self._lock:
+                    if self._done.is_set():
+                        return False
+                    self._attempt = multicallable(attempts.payload(), **kwargs)
+                return True
+            error = attempts.ending(step)
+            if error is not None:
+                self._finish(error)
+                return False
+            if not block:
+                return False
+            waiting = self._waiting = threading.Event()
             if self._done.is_set():
                 return False
-            self._attempt = self._attempts.multicallable(self._attempts.payload(), **kwargs)
-            return True
+            attempts.wait(waiting)
+            self._waiting = None
+            if attempts.closed():
+                self._fail_local(grpc.StatusCode.CANCELLED, _CLOSED_DETAILS)
+        return False
 
-    def _drive_to_commit(self):
-        """Run attempts until one commits or the call ends. An attempt commits with its first response
+    def _drive(self):
+        """Run attempts until one answers or the call ends. An attempt answers with its first response
         message, or with headers that carry metadata; one that ends before either is taken as Trailers-Only
         (grpcio cannot tell an empty header frame apart, and timing would be a guess)."""
-        core = self._core
         with self._drive_lock:
-            while not self._done.is_set() and not core.committed:
+            while not self._done.is_set() and not self._answered:
                 attempt = self._attempt
+                if attempt is None:
+                    self._start(block=True)
+                    continue
                 try:
                     self._peeked = next(attempt)
-                    core.on_headers()
+                    self._answer(attempt)
                     break
                 except (StopIteration, grpc.RpcError):
                     pass
                 if self._done.is_set():
                     break
                 if attempt.initial_metadata():
-                    core.on_headers()
+                    self._answer(attempt)
                     break
-                requests = self._attempts.requests
-                if requests is not None and requests.failed:
-                    break  # the request iterator's failure already ended the call
-                if core.on_status(attempt.code().value[0], attempt.trailing_metadata(), monotonic()) == RETRY:
-                    if core.delay > 0:
-                        self._wake.wait(core.delay)
-                    if not self._done.is_set():
-                        self._start()
-                    continue
+                self._attempt_over(attempt, block=True)
+
+    def _answer(self, attempt):
+        with self._lock:
+            if attempt is self._attempt:
+                self._answered = True
+                self._core.on_headers()
+
+    def _attempt_over(self, attempt, block: bool) -> None:
+        """`attempt` ended unanswered: retry it (transparently, or after backoff) or end the call with its
+        status. Only the first caller for an attempt decides. Without `block` (grpcio's callback thread) the
+        next attempt starts only if it can at once."""
+        core = self._core
+        with self._lock:
+            if self._done.is_set() or attempt is not self._attempt or self._decided is attempt:
+                return
+            self._decided = attempt
+            requests = self._attempts.requests
+            if requests is not None and requests.failed:
+                return  # the request iterator's failure already ended the call
+            code = attempt.code()
+            delay = 0.0
+            if code != _OK:
+                self._attempts.error = attempt  # grpcio's call object is its own RpcError
+            if code == _OK or not self._attempts.transparent(code, attempt.details()):
+                if core.on_status(code.value[0], attempt.trailing_metadata(), monotonic()) != RETRY:
+                    self._finish_attempt(attempt)
+                    return
+                delay = core.delay
+            if not block:
+                if delay > 0:
+                    self._timer = TIMERS.schedule(delay, self._start_from_callback)
+                else:
+                    self._start_from_callback()
+                return
+        if delay > 0:
+            self._wake.wait(delay)
+        self._start(block=True)
+
+    def _start_from_callback(self):
+        with self._lock:
+            self._timer = None
+            if self._done.is_set():
+                return
+            self._start(block=False)
+            self._need_driver()  # somebody waits for the end: follow the new attempt too
+
+    def _attempt_ended(self, attempt):
+        """grpcio's callback on an attempt that somebody waits on (add_done_callback)."""
+        with self._lock:
+            if self._done.is_set() or attempt is not self._attempt:
+                return
+            if self._answered:
                 self._finish_attempt(attempt)
+                return
+        self._attempt_over(attempt, block=False)
 
     def _finish_attempt(self, attempt):
-        """End with the (ended) committed attempt's status."""
+        """End with the (ended) committed attempt's status, which the throttle counts as every call's end."""
         code = attempt.code()
+        self._core.on_status(code.value[0], attempt.trailing_metadata(), monotonic())  # no-op once decided
         if code == grpc.StatusCode.OK:
             self._finish(None)
         else:
@@ -541,30 +750,38 @@ class StreamingCall(_CallBase):
                                                     getattr(attempt, "debug_error_string", lambda: None)())))
 
     def _settle(self, timeout):
-        self._drive_to_commit()
+        self._drive()
         if not self._done.is_set():
             attempt = self._attempt
             attempt.code()  # blocks until the committed attempt ends
             self._finish_attempt(attempt)
 
     def _need_driver(self):
-        if self._core.committed and self._attempt is not None:
-            attempt = self._attempt
-            attempt.add_callback(lambda: self._finish_attempt(attempt))
+        attempt = self._attempt
+        if attempt is not None and (self._answered or self._core.committed):
+            # Its end decides the call (or, unanswered, a transparent retry): grpcio's callback will do.
+            def callback():
+                self._attempt_ended(attempt)
+
+            if not attempt.add_callback(callback):
+                TIMERS.schedule(0.0, callback)  # already over: not under the caller's lock
         else:
             # Nobody reads yet somebody waits for the end: drive it on a short-lived thread (rare).
             threading.Thread(target=self._settle, args=(None,), daemon=True,
                              name="grpc_retry-stream-driver").start()
 
-    def cancel(self) -> bool:
+    def _fail_local(self, code: grpc.StatusCode, details: str) -> None:
+        super()._fail_local(code, details)
         self._wake.set()
-        return super().cancel()
+        waiting = self._waiting
+        if waiting is not None:
+            waiting.set()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        self._drive_to_commit()
+        self._drive()
         if self._done.is_set() and self._error is not None:
             raise self._error
         attempt = self._attempt
@@ -582,6 +799,7 @@ class StreamingCall(_CallBase):
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.CANCELLED and self._done.is_set():
                 raise self._error from None
+            self._core.on_status(error.code().value[0], error.trailing_metadata(), monotonic())
             self._finish(self._final_error(error))
             raise self._error from None
         try:
@@ -594,7 +812,14 @@ class StreamingCall(_CallBase):
     next = __next__
 
     def initial_metadata(self):
-        self._drive_to_commit()
+        attempt = self._attempt
+        if self._core.committed and not self._answered and attempt is not None:
+            # As grpcio: headers as soon as they come, without waiting for a message. Only an attempt that
+            # ended without any goes through the driver (it may be retried transparently).
+            metadata = attempt.initial_metadata()
+            if metadata or attempt.is_active():
+                return metadata
+        self._drive()
         if self._done.is_set() and self._error is not None:
             return self._error.initial_metadata()
         return self._attempt.initial_metadata()

@@ -55,14 +55,17 @@ class _MultiCallable:
     def inner(self, index: int):
         """This method on subchannel `index`, carrying bytes: the application's (de)serializers run once per
         message, in grpc_retry, not once per attempt."""
+        channel = self.subchannels.channel(index)
         inner = self._inner
         if index < len(inner):
-            multicallable = inner[index]
-            if multicallable is not None:
-                return multicallable
+            entry = inner[index]
+            if entry is not None and entry[0] is channel:
+                return entry[1]
         else:
             inner.extend([None] * (index + 1 - len(inner)))
-        multicallable = inner[index] = getattr(self.subchannels.channel(index), self._kind)(self._method)
+        # New, or the address came back (re-resolution) on a new grpcio channel.
+        multicallable = getattr(channel, self._kind)(self._method)
+        inner[index] = (channel, multicallable)
         return multicallable
 
     def _core(self, timeout: Optional[float]) -> RetryCall:
@@ -246,8 +249,12 @@ class Channel(_base_channel.Channel):
         return self._subchannels.aggregate_state()
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        while self._subchannels.aggregate_state() == last_observed_state and not self._subchannels.closed:
-            await self._subchannels.wait_change(None)
+        subchannels = self._subchannels
+        while True:
+            since = subchannels.generation  # before looking: a change from the resolver thread cannot slip by
+            if subchannels.aggregate_state() != last_observed_state or subchannels.closed:
+                return
+            await subchannels.wait_change(None, since)
 
     async def channel_ready(self) -> None:
         state = self.get_state(try_to_connect=True)

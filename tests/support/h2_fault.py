@@ -11,6 +11,7 @@ from typing import List
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 from h2.errors import ErrorCodes
 
 REFUSE = "refuse"
@@ -39,9 +40,10 @@ class H2FaultServer:
     def stop(self) -> None:
         self._stopped.set()
         try:
-            self._sock.close()
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() in progress; close() alone does not
         except OSError:
             pass
+        self._sock.close()
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:

@@ -1,0 +1,99 @@
+"""Transparent retries against a real HTTP/2 peer (tests/support/h2_fault.py) that refuses streams, sends GOAWAY
+or resets streams, next to a healthy grpcio backend in one `ipv4:` target. No retry policy is configured unless a
+test says so: what succeeds here succeeds transparently."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, fail
+from support.clients import retry_policy, service_config
+from support.h2_fault import GOAWAY, REFUSE, RESET, H2FaultServer
+
+OK = grpc.StatusCode.OK
+PREVIOUS = "grpc-previous-rpc-attempts"
+
+
+@pytest.fixture
+def fault(request):
+    server = H2FaultServer(request.param)
+    yield server
+    server.stop()
+
+
+def ipv4(*servers) -> str:
+    return "ipv4:" + ",".join(server.target for server in servers)
+
+
+METHODS = {"unary": UNARY, "server_stream": SERVER_STREAM, "client_stream": CLIENT_STREAM, "bidi": BIDI}
+# A request stream is replayable only while the call keeps it, i.e. under a retry policy (a call without one
+# commits at once and keeps nothing). This one never retries UNAVAILABLE: a success can only be transparent.
+ABORTED_ONLY = [("grpc.service_config", service_config(retry_policy(max_attempts=2, codes=("ABORTED",))))]
+
+
+def call(ch, kind: str, n: int = 0, **kw):
+    payload = [b"a", b"b"] if kind in ("client_stream", "bidi") else b"x"
+    return getattr(ch, kind)(METHODS[kind], payload, timeout=10, metadata=(("x-call-id", str(n)),), **kw)
+
+
+@pytest.mark.parametrize("fault", [REFUSE, GOAWAY], indirect=True)
+@pytest.mark.parametrize("kind", ["unary", "server_stream", "client_stream", "bidi"])
+def test_refused_and_goaway_streams_are_retried_elsewhere(client, backend, fault, kind):
+    options = ABORTED_ONLY if kind in ("client_stream", "bidi") else None
+    ch = client.channel(ipv4(fault, backend), options)  # pick_first: calls try the fault server first
+    outcomes = [call(ch, kind, n) for n in range(3)]
+    assert [o.code for o in outcomes] == [OK] * 3, outcomes
+    assert all(o.responses and PREVIOUS not in o.trailing for o in outcomes)
+    # GOAWAY leaves the fault server IDLE: later calls may go straight to the READY backend.
+    assert fault.streams_seen == 3 if fault.mode == REFUSE else fault.streams_seen >= 1
+    served = backend.attempts_of(METHODS[kind])
+    assert sorted(a.metadata["x-call-id"] for a in served) == ["0", "1", "2"]
+    assert all(a.previous is None for a in served)  # a transparent retry is not a counted attempt
+
+
+@pytest.mark.parametrize("fault", [RESET], indirect=True)
+@pytest.mark.parametrize("kind", ["unary", "server_stream"])
+def test_internal_error_reset_is_not_transparent(client, backend, fault, kind):
+    ch = client.channel(ipv4(fault, backend))
+    out = call(ch, kind)
+    assert out.code == grpc.StatusCode.INTERNAL and "RST_STREAM" in out.details, out
+    assert fault.streams_seen == 1 and backend.attempts == []
+
+
+@pytest.mark.parametrize("fault", [REFUSE, GOAWAY], indirect=True)
+def test_enable_retries_0_turns_transparent_retries_off(client, backend, fault):
+    ch = client.channel(ipv4(fault, backend), [("grpc.enable_retries", 0)])
+    out = call(ch, "unary")
+    assert out.code == grpc.StatusCode.UNAVAILABLE, out
+    assert ("RST_STREAM" in out.details) if fault.mode == REFUSE else ("GOAWAY" in out.details), out.details
+    assert backend.attempts == []
+
+
+@pytest.mark.parametrize("fault", [REFUSE], indirect=True)
+def test_refused_stream_is_retried_once_per_call(client, fault):
+    other = H2FaultServer(REFUSE)
+    try:
+        ch = client.channel(ipv4(fault, other))
+        out = call(ch, "unary")
+        assert out.code == grpc.StatusCode.UNAVAILABLE and "RST_STREAM" in out.details, out
+        assert fault.streams_seen + other.streams_seen == 2
+    finally:
+        other.stop()
+
+
+@pytest.mark.parametrize("fault", [REFUSE], indirect=True)
+def test_transparent_retry_counts_toward_neither_max_attempts_nor_metadata(client, fault):
+    """maxAttempts 2: refused (transparent) -> UNAVAILABLE (attempt 1) -> OK (attempt 2), three backends."""
+    failing, healthy = Backend(), Backend()
+    try:
+        failing.fallback(UNARY, lambda i: fail())
+        ch = client.channel(ipv4(fault, failing, healthy),
+                            [("grpc.service_config", service_config(retry_policy(max_attempts=2)))])
+        out = call(ch, "unary")
+        assert out.code == OK and out.previous_attempts == "1", out
+        assert [a.previous for a in failing.attempts_of(UNARY)] == [None]
+        assert [a.previous for a in healthy.attempts_of(UNARY)] == ["1"]
+        assert fault.streams_seen == 1
+    finally:
+        failing.stop()
+        healthy.stop()

@@ -1,0 +1,40 @@
+"""Targets to subchannel addresses: every form the public contract names, and the ones it refuses."""
+
+import pytest
+
+from grpc_retry._resolver import parse_target, resolve
+
+
+@pytest.mark.parametrize("target, addresses, authority", [
+    ("ipv4:127.0.0.1:1,10.0.0.2:2", ["ipv4:127.0.0.1:1", "ipv4:10.0.0.2:2"], "127.0.0.1:1"),
+    ("ipv6:[::1]:5,[fe80::1]:6", ["ipv6:[::1]:5", "ipv6:[fe80::1]:6"], "[::1]:5"),
+    ("ipv6:::1", ["ipv6:[::1]:443"], "[::1]:443"),
+    ("unix:/tmp/grpc.sock", ["unix:/tmp/grpc.sock"], "localhost"),
+    ("10.1.2.3:80", ["ipv4:10.1.2.3:80"], "10.1.2.3:80"),
+    ("[::1]:80", ["ipv6:[::1]:80"], "[::1]:80"),
+])
+def test_static_targets(target, addresses, authority):
+    parsed = parse_target(target)
+    assert (parsed.scheme, resolve(parsed), parsed.authority) == ("static", addresses, authority)
+
+
+@pytest.mark.parametrize("target", ["localhost:{port}", "dns:///localhost:{port}", "dns://1.1.1.1/localhost:{port}",
+                                    "dns:localhost:{port}"])
+def test_dns_targets_resolve_every_address_of_the_name(target):
+    parsed = parse_target(target.format(port=5001))
+    assert (parsed.scheme, parsed.host, parsed.authority) == ("dns", "localhost", "localhost:5001")
+    addresses = resolve(parsed)
+    assert "ipv4:127.0.0.1:5001" in addresses and len(addresses) == len(set(addresses))
+    assert all(a in ("ipv4:127.0.0.1:5001", "ipv6:[::1]:5001") for a in addresses)
+
+
+def test_dns_default_port():
+    assert parse_target("dns:///example.com").port == 443
+
+
+@pytest.mark.parametrize("target", ["", "ipv4:", "ipv4:300.1.1.1:80", "ipv4:1.2.3.4:5,", "ipv6:[::1",
+                                    "ipv6:127.0.0.1:80", "unix:", "host:port", "host:0", "127.0.0.1:99999",
+                                    "dns:///", "dns://x", "dns:///:80", "http://host:80", "a:b:c", ":80"])
+def test_unparseable_targets(target):
+    with pytest.raises(ValueError):
+        parse_target(target)
