@@ -143,8 +143,12 @@ cdef class HedgingCall(CallCore):
                 best = i
         if best >= 0:
             self._commit_to(best)
+        elif self.attempts > 0:
+            # Every attempt has ended and the buffer cannot hold a replay: no hedge can follow (A6: evicted
+            # calls cancel their pending hedges), so the call ends with the last status.
+            self._finish(self._last)
         else:
-            self.commit()
+            self.commit()  # the original has not started yet: it will carry the call alone
 
     cdef void _commit_to(self, int index):
         self.winner = index

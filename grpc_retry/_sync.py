@@ -12,8 +12,9 @@ from typing import Optional
 import grpc
 
 from grpc_retry import _sync_call as calls
+from grpc_retry import _sync_hedging as hedging
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import RetryCall
+from grpc_retry._core import HedgingCall, RetryCall
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import SyncSubchannels
 
@@ -22,7 +23,7 @@ _INF = math.inf
 
 class _MultiCallable:
     __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy", "_kind",
-                 "_subchannels")
+                 "_subchannels", "_hedged")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
         self._channel = channel
@@ -31,6 +32,7 @@ class _MultiCallable:
         self._serializer = serializer
         self._deserializer = deserializer
         self._policy = self._state.policy(method)
+        self._hedged = self._policy.hedging
         self._kind = kind
         self._subchannels = channel._subchannels
         self._inner: dict = {}  # address index -> (its grpcio channel, this method on it)
@@ -50,13 +52,33 @@ class _MultiCallable:
         if timeout is not None and timeout < limit:
             limit = timeout
         deadline = _INF if limit == _INF else monotonic() + limit
-        core = RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline, state.rng,
-                         state.options.enable_retries)
+        if self._hedged:
+            core = HedgingCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline)
+        else:
+            core = RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline,
+                             state.rng, state.options.enable_retries)
         if wait_for_ready is None:
             wait_for_ready = policy.wait_for_ready
         return calls.Attempts(core, self._subchannels, self._inner_on, metadata, credentials, wait_for_ready,
                               compression, self._deserializer, self._channel._is_closed,
                               state.options.enable_retries)
+
+    # The call objects, hedged or retried.
+
+    def _run_blocking(self, attempts: calls.Attempts, with_call: bool):
+        if self._hedged:
+            return hedging.blocking_call(hedging.HedgedCall(attempts, self._channel._calls, False), with_call)
+        return calls.blocking_call(attempts, with_call)
+
+    def _future(self, attempts: calls.Attempts):
+        if self._hedged:
+            return hedging.HedgedCall(attempts, self._channel._calls, False)
+        return calls.UnaryFuture(attempts, self._channel._calls)
+
+    def _streaming(self, attempts: calls.Attempts):
+        if self._hedged:
+            return hedging.HedgedCall(attempts, self._channel._calls, True)
+        return calls.StreamingCall(attempts, self._channel._calls)
 
     def _unary_request(self, request, timeout, metadata, credentials, wait_for_ready, compression):
         attempts = self._attempts(timeout, metadata, credentials, wait_for_ready, compression)
@@ -84,12 +106,12 @@ class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
         attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return calls.blocking_call(attempts, with_call=False)
+        return self._run_blocking(attempts, with_call=False)
 
     def with_call(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                   compression=None):
         attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return calls.blocking_call(attempts, with_call=True)
+        return self._run_blocking(attempts, with_call=True)
 
     def future(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                compression=None):
@@ -97,7 +119,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
             attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
         except grpc.RpcError as error:
             return error  # a frozen error is a finished grpc.Future too
-        return calls.UnaryFuture(attempts, self._channel._calls)
+        return self._future(attempts)
 
 
 class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
@@ -106,7 +128,7 @@ class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
         attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return calls.StreamingCall(attempts, self._channel._calls)
+        return self._streaming(attempts)
 
 
 class _StreamRequestErrors:
@@ -133,7 +155,7 @@ class StreamUnaryMultiCallable(_MultiCallable, grpc.StreamUnaryMultiCallable):
         attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
                                         compression, errors)
         try:
-            return calls.blocking_call(attempts, with_call)
+            return self._run_blocking(attempts, with_call)
         except grpc.RpcError:
             if errors.error is not None:
                 raise errors.error from None
@@ -154,7 +176,7 @@ class StreamUnaryMultiCallable(_MultiCallable, grpc.StreamUnaryMultiCallable):
         errors = _StreamRequestErrors()
         attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
                                         compression, errors)
-        call = errors.call = calls.UnaryFuture(attempts, self._channel._calls)
+        call = errors.call = self._future(attempts)
         return call
 
 
@@ -166,7 +188,7 @@ class StreamStreamMultiCallable(_MultiCallable, grpc.StreamStreamMultiCallable):
         errors = _StreamRequestErrors()
         attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
                                         compression, errors)
-        call = errors.call = calls.StreamingCall(attempts, self._channel._calls)
+        call = errors.call = self._streaming(attempts)
         return call
 
 
@@ -238,6 +260,11 @@ class Channel(grpc.Channel):
     def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
         self.close()
         return False
+
+    def retry_stats(self) -> dict:
+        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
+        histogram of which retry each was (hedges after the first count as retries)."""
+        return self._state.retry_stats()
 
     @property
     def throttle_tokens(self) -> Optional[float]:

@@ -164,12 +164,17 @@ class RequestSource:
         self._lock = threading.Lock()
         self._on_error = on_error
         self.failed = False
+        self.on_commit: Optional[Callable[[], None]] = None  # told when a message overflows the buffer
 
-    def attempt_iterator(self):
+    def attempt_iterator(self, hedge: int = -1):
+        """One attempt's request stream. A hedge (index >= 0) reports how far it got, for the core to choose
+        the winner if the buffer overflows, and stops once another hedge has won."""
         core = self._core
         sent = 0
         while True:
             with self._lock:
+                if hedge >= 0 and core.winner >= 0 and hedge != core.winner:
+                    return
                 index = sent - core.replay_base
                 if index < len(core.replay):
                     message = core.replay[index]
@@ -184,7 +189,12 @@ class RequestSource:
                         return
             sent += 1
             yield message
-            if core.committed:
+            if hedge >= 0:
+                with self._lock:
+                    core.on_sent(hedge, sent)
+                    if core.committed and hedge == core.winner:
+                        core.trim_sent(sent)
+            elif core.committed:
                 with self._lock:
                     core.trim_sent(sent)
 
@@ -202,7 +212,8 @@ class RequestSource:
         except Exception:
             log.exception("request serializer failed")
             return self._fail(grpc.StatusCode.INTERNAL, "Exception serializing request!")
-        self._core.add_message(data)
+        if not self._core.add_message(data) and self.on_commit is not None:
+            self.on_commit()
         return data
 
     def _fail(self, code, details):

@@ -346,9 +346,10 @@ class StreamUnaryCall(_HedgedUnaryResponse, _call.StreamUnaryCall):
         super().__init__(*args)
 
     def _queue(self, message) -> None:
+        committed = self._core.committed
         super()._queue(message)
-        if self._core.winner >= 0 and len(self._hedges) > 1:
-            self._post(_HEADERS, -1)  # overflow chose a winner: wake the driver to cancel the others
+        if not committed and self._core.committed:
+            self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act
 
 
 class StreamStreamCall(_HedgedStreamResponse, _call.StreamStreamCall):
@@ -359,6 +360,7 @@ class StreamStreamCall(_HedgedStreamResponse, _call.StreamStreamCall):
         super().__init__(*args)
 
     def _queue(self, message) -> None:
+        committed = self._core.committed
         super()._queue(message)
-        if self._core.winner >= 0 and len(self._hedges) > 1:
-            self._post(_HEADERS, -1)
+        if not committed and self._core.committed:
+            self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act

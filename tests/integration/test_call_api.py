@@ -24,6 +24,8 @@ def test_sync_with_call_gives_a_finished_call(backend):
     assert dict(call.initial_metadata())["x-h"] == "1"
     assert dict(call.trailing_metadata()) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
     assert not call.is_active()
+    stats = channel.retry_stats()[UNARY]
+    assert (stats["retry_attempts"], stats["retry_attempts_failed"]) == (1, 0)
 
 
 def test_sync_errors_are_rpc_errors_and_calls(backend):

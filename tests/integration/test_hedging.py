@@ -68,8 +68,13 @@ def test_zero_delay_sends_every_attempt_at_once(client, backends):
         b.script(UNARY, Step(wait=0))
     gate = threading.Event()
     backends[2].script(UNARY, Step(gate=gate))
-    release = backends[2].event_when(lambda: all(len(b.attempts_of(UNARY)) == 1 for b in backends))
-    threading.Thread(target=lambda: (release.wait(10), gate.set()), daemon=True).start()
+
+    def release():  # backend 2 answers once the other two hold their attempts: all three went at once
+        for b in backends[:2]:
+            b.wait_attempts(UNARY, 1)
+        gate.set()
+
+    threading.Thread(target=release, daemon=True).start()
     ch = client.channel(target(backends), hedging_options(delay=None))
     out = ch.unary(UNARY, b"x", timeout=10)
     assert out.code == OK
