@@ -216,21 +216,23 @@ class _Hedged:
             await self._finish_ok(self._attempt)
 
     def _hand_over(self) -> bool:
-        """The call committed to one attempt: from now on the plain call classes run it. False when the
-        winner's event has not been handled yet (overflow chose it while it was running)."""
+        """The call committed to one attempt: from now on the plain call classes run it. False while the
+        winner has not answered yet (overflow chose it)."""
         winner = self._core.winner
         attempt = self._hedges.get(winner)
         if attempt is None:
             return False
         self._cancel_hedges(keep=winner)
+        watcher = self._watchers.get(winner)
+        if watcher is not None and not watcher.done():
+            # Chosen by overflow before it answered: its watcher reads the first answer (cancelling the
+            # watcher would cancel the attempt), and the hand-over follows that event.
+            return False
+        self._watchers.pop(winner, None)
         self._attempt = attempt
         self._answered = True
         if winner in self._writers:
             self._writer = self._writers[winner]
-        watcher = self._watchers.pop(winner, None)
-        if watcher is not None and not watcher.done():
-            # Unary responses: the watcher still awaits the winner's result, which the plain driver now does.
-            watcher.cancel()
         return True
 
     def _drop(self, index: int, cancel: bool) -> None:
