@@ -621,7 +621,49 @@ class UnaryFuture(_CallBase):
             self._finish(self._final_error(error))
 
 
-class StreamingCall(_CallBase):
+class ResponseIterator:
+    """The response-stream side of a call (mixin over _CallBase): once an attempt has answered (or the call
+    ended), the application's thread reads that attempt, and its end is the call's end."""
+
+    __slots__ = ()
+
+    def _ready_to_read(self) -> None:  # drive, or wait, until an attempt answered or the call ended
+        raise NotImplementedError
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self._ready_to_read()
+        if self._done.is_set() and self._error is not None:
+            raise self._error
+        attempt = self._attempt
+        try:
+            message = self._peeked
+            if message is None:
+                message = next(attempt)
+            else:
+                self._peeked = None
+        except StopIteration:
+            self._finish_attempt(attempt)
+            if self._error is not None:
+                raise self._error from None
+            raise
+        except grpc.RpcError as error:
+            if not (error.code() == grpc.StatusCode.CANCELLED and self._done.is_set()):
+                self._finish_attempt(attempt)  # grpcio's call object is the error: its status ends the call
+            raise self._error from None
+        try:
+            return self._attempts.deserialize(message)
+        except Exception:
+            log.exception("response deserializer failed")
+            self._fail_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+            raise self._error from None
+
+    next = __next__
+
+
+class StreamingCall(ResponseIterator, _CallBase):
     """Response-streaming calls: an iterator that is also a grpc.Call and a grpc.Future, as grpcio's.
 
     The reading thread drives: until an attempt answers (a response message, or headers that carry metadata),
@@ -788,39 +830,7 @@ class StreamingCall(_CallBase):
         if waiting is not None:
             waiting.set()
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self._drive()
-        if self._done.is_set() and self._error is not None:
-            raise self._error
-        attempt = self._attempt
-        try:
-            message = self._peeked
-            if message is None:
-                message = next(attempt)
-            else:
-                self._peeked = None
-        except StopIteration:
-            self._finish_attempt(attempt)
-            if self._error is not None:
-                raise self._error from None
-            raise
-        except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED and self._done.is_set():
-                raise self._error from None
-            self._core.on_status(error.code().value[0], error.trailing_metadata(), monotonic())
-            self._finish(self._final_error(error))
-            raise self._error from None
-        try:
-            return self._attempts.deserialize(message)
-        except Exception:
-            log.exception("response deserializer failed")
-            self._fail_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-            raise self._error from None
-
-    next = __next__
+    _ready_to_read = _drive
 
     def initial_metadata(self):
         attempt = self._attempt

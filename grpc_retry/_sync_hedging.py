@@ -23,6 +23,7 @@ from grpc_retry._sync_call import (
     _OK,
     WAIT,
     Attempts,
+    ResponseIterator,
     RpcError,
     _CallBase,
     attempt_metadata,
@@ -48,7 +49,7 @@ def _reader_pool() -> concurrent.futures.ThreadPoolExecutor:
         return _readers
 
 
-class HedgedCall(_CallBase):
+class HedgedCall(ResponseIterator, _CallBase):
     """A hedged call: a grpc.Future and grpc.Call; for response streams also the response iterator."""
 
     def __init__(self, attempts: Attempts, registry, streaming: bool):
@@ -104,11 +105,15 @@ class HedgedCall(_CallBase):
     def _on_overflow(self) -> None:
         # The request stream overflowed the buffer (the core committed, or ended the call): act on it, off the
         # request-consumer thread's locks.
-        TIMERS.schedule(0.0, self._on_timer)
+        TIMERS.schedule(0.0, self._pump_now)
+
+    def _pump_now(self) -> None:
+        with self._lock:
+            self._pump()
 
     def _on_timer(self) -> None:
         with self._lock:
-            self._timer = None
+            self._timer = None  # this one fired: nothing to cancel
             self._pump()
 
     def _on_change(self) -> None:
@@ -309,38 +314,7 @@ class HedgedCall(_CallBase):
             self._attempt.code()  # blocks until the winner ends
             self._finish_attempt(self._attempt)
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self._await_answer()
-        if self._done.is_set() and self._error is not None:
-            raise self._error
-        attempt = self._attempt
-        try:
-            message = self._peeked
-            if message is None:
-                message = next(attempt)
-            else:
-                self._peeked = None
-        except StopIteration:
-            self._finish_attempt(attempt)
-            if self._error is not None:
-                raise self._error from None
-            raise
-        except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED and self._done.is_set():
-                raise self._error from None
-            self._finish_attempt(attempt)
-            raise self._error from None
-        try:
-            return self._attempts.deserialize(message)
-        except Exception:
-            log.exception("response deserializer failed")
-            self._fail_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-            raise self._error from None
-
-    next = __next__
+    _ready_to_read = _await_answer
 
     def initial_metadata(self):
         self._await_answer()

@@ -405,34 +405,36 @@ class _UnaryResponse(_RetryingCall):
                     self._on_driver_cancelled()
                     raise
                 core.on_status(0, None, 0.0)
-                if self._deserializer is not None:
-                    try:
-                        response = self._deserializer(response)
-                    except Exception:
-                        log.exception("response deserializer failed")
-                        self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-                        break
-                self._response = response
-                await self._finish_ok(attempt)
+                await self._finish_response(attempt, response)
         finally:
             self._driving = False
             self._wake_waiters()
 
+    async def _finish_response(self, attempt, response) -> None:
+        """End the call with `attempt`'s response, deserialized here, once."""
+        if self._deserializer is not None:
+            try:
+                response = self._deserializer(response)
+            except Exception:
+                log.exception("response deserializer failed")
+                self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+                return
+        self._response = response
+        await self._finish_ok(attempt)
 
-class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
-    __slots__ = ("_request",)
 
-    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
-                 compression, deserializer):
-        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
-                         deserializer)
+class _UnaryRequest:
+    """Mixin for calls with one request: its bytes go to every attempt."""
+
+    __slots__ = ()
+
+    def _init_request(self, request: Optional[bytes]) -> None:
         self._request = request
-        self._response = None
         if request is None:  # the serializer raised: fail this call only
             self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
             return
-        core.add_message(request)
-        core.close_send()
+        self._core.add_message(request)
+        self._core.close_send()
         self._first_attempt()
 
     def _start_attempt(self) -> int:
@@ -444,6 +446,17 @@ class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
             self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
             wait_for_ready=self._grpc_wfr, compression=self._compression)
         return _STARTED
+
+
+class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _base_call.UnaryUnaryCall):
+    __slots__ = ("_request",)
+
+    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
+                 compression, deserializer):
+        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
+                         deserializer)
+        self._response = None
+        self._init_request(request)
 
 
 class _StreamResponse(_RetryingCall):
@@ -589,7 +602,7 @@ class _StreamResponse(_RetryingCall):
             yield message
 
 
-class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
+class UnaryStreamCall(_UnaryRequest, _StreamResponse, _base_call.UnaryStreamCall):
     __slots__ = ("_request",)
 
     def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
@@ -597,23 +610,7 @@ class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
         super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
                          deserializer)
         self._peeked = None
-        self._request = request
-        if request is None:  # the serializer raised: fail this call only
-            self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
-            return
-        core.add_message(request)
-        core.close_send()
-        self._first_attempt()
-
-    def _start_attempt(self) -> int:
-        attempt = self._next_attempt()
-        if attempt.__class__ is int:
-            return attempt
-        multicallable, metadata, timeout = attempt
-        self._attempt = multicallable(
-            self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._grpc_wfr, compression=self._compression)
-        return _STARTED
+        self._init_request(request)
 
 
 async def _send(attempt, data: bytes) -> bool:

@@ -33,6 +33,10 @@ class _Hedged:
 
     __slots__ = ()
 
+    def __init__(self, *args):
+        self._init_hedging()
+        super().__init__(*args)
+
     def _init_hedging(self) -> None:
         self._hedges: Dict[int, Any] = {}      # attempt index -> live grpc.aio call
         self._watchers: Dict[int, asyncio.Task] = {}
@@ -204,16 +208,7 @@ class _Hedged:
             self._finish_from_error(self._ends[final])
         else:  # a unary response
             self._attempt = self._hedges[final]
-            response = self._response
-            if self._deserializer is not None:
-                try:
-                    response = self._deserializer(response)
-                except Exception:
-                    log.exception("response deserializer failed")
-                    self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-                    return
-            self._response = response
-            await self._finish_ok(self._attempt)
+            await self._finish_response(self._attempt, self._response)
 
     def _hand_over(self) -> bool:
         """The call committed to one attempt: from now on the plain call classes run it. False while the
@@ -324,45 +319,32 @@ class _HedgedStreamResponse(_Hedged):
                 await self._drain_status()
 
 
-class UnaryUnaryCall(_HedgedUnaryResponse, _call.UnaryUnaryCall):
-    __slots__ = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
+class _HedgedRequestStream:
+    """Mixin for hedged calls with a request stream: an overflowing message wakes the driver."""
 
-    def __init__(self, *args):
-        self._init_hedging()
-        super().__init__(*args)
+    __slots__ = ()
+
+    def _queue(self, message) -> None:
+        committed = self._core.committed
+        super()._queue(message)
+        if not committed and self._core.committed:
+            self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act
+
+
+_SLOTS = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
+
+
+class UnaryUnaryCall(_HedgedUnaryResponse, _call.UnaryUnaryCall):
+    __slots__ = _SLOTS
 
 
 class UnaryStreamCall(_HedgedStreamResponse, _call.UnaryStreamCall):
-    __slots__ = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
-
-    def __init__(self, *args):
-        self._init_hedging()
-        super().__init__(*args)
+    __slots__ = _SLOTS
 
 
-class StreamUnaryCall(_HedgedUnaryResponse, _call.StreamUnaryCall):
-    __slots__ = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
-
-    def __init__(self, *args):
-        self._init_hedging()
-        super().__init__(*args)
-
-    def _queue(self, message) -> None:
-        committed = self._core.committed
-        super()._queue(message)
-        if not committed and self._core.committed:
-            self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act
+class StreamUnaryCall(_HedgedRequestStream, _HedgedUnaryResponse, _call.StreamUnaryCall):
+    __slots__ = _SLOTS
 
 
-class StreamStreamCall(_HedgedStreamResponse, _call.StreamStreamCall):
-    __slots__ = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
-
-    def __init__(self, *args):
-        self._init_hedging()
-        super().__init__(*args)
-
-    def _queue(self, message) -> None:
-        committed = self._core.committed
-        super()._queue(message)
-        if not committed and self._core.committed:
-            self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act
+class StreamStreamCall(_HedgedRequestStream, _HedgedStreamResponse, _call.StreamStreamCall):
+    __slots__ = _SLOTS
