@@ -1,13 +1,22 @@
-"""The `client` fixture: every integration test runs once per grpc_retry API, through tests/support/clients.py."""
+"""Fixtures: `client` runs an integration test once per grpc_retry API (tests/support/clients.py); `backends`
+starts three loopback servers."""
 
 import pytest
-from support.clients import Client, sync_available
+from support.backend import Backend
+from support.clients import Client
 
-SYNC_SKIP = pytest.mark.skipif(not sync_available(), reason="sync channel not built yet")
 
-
-@pytest.fixture(params=["aio", pytest.param("sync", marks=SYNC_SKIP)])
+@pytest.fixture(params=["aio", "sync"])
 def client(request):
     c = Client(request.param)
     yield c
     c.close()
+
+
+@pytest.fixture
+def backends():
+    """Three scriptable grpcio servers on loopback ports."""
+    servers = [Backend() for _ in range(3)]
+    yield servers
+    for server in servers:
+        server.stop()

@@ -27,14 +27,6 @@ FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconne
                   ("grpc.max_reconnect_backoff_ms", 200)]
 
 
-@pytest.fixture
-def backends():
-    servers = [Backend() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
-
-
 def ipv4(*ports: int) -> str:
     return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in ports)
 

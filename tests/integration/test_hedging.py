@@ -8,22 +8,13 @@ import threading
 import time
 
 import grpc
-import pytest
-from support.backend import BIDI, SERVER_STREAM, UNARY, Backend, Step, fail, pushback
+from support.backend import BIDI, SERVER_STREAM, UNARY, Step, fail, pushback
 from support.clients import ECHO_SERVICE
 
 from grpc_retry._timer import TIMERS
 
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-
-
-@pytest.fixture
-def backends():
-    servers = [Backend() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def target(backends):

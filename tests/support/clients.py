@@ -36,14 +36,6 @@ _FACTORY = {"unary": "unary_unary", "server_stream": "unary_stream", "client_str
             "bidi": "stream_stream"}
 
 
-def sync_available() -> bool:
-    """Whether the synchronous grpc_retry channel exists yet."""
-    try:
-        return callable(grpc_retry.insecure_channel)
-    except (AttributeError, ImportError):
-        return False
-
-
 @dataclass
 class Outcome:
     """How one logical call ended, as the application saw it."""
