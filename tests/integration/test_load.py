@@ -182,6 +182,7 @@ def test_a_thousand_calls_in_backoff_hold_no_thread_each(client, flaky):
     _wait_until(in_backoff, 30)
     assert flaky.attempts == len(ids)
     in_backoff_threads = client_threads()
+    print(f"{client.api}: {len(ids)} calls in backoff, client threads {threads_before} -> {in_backoff_threads}")
     assert in_backoff_threads - threads_before <= 4, (threads_before, in_backoff_threads)
 
     if client.api == "aio":
