@@ -94,6 +94,9 @@ class _RetryingCall:
             return _DEADLINE
         core.use_address(index)
         self._started, self._stale, self._answered = since, None, False
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("call %x: attempt %d (previous %d) on %s", id(self), core.attempts, previous,
+                      self._subchannels.addresses[index])
         metadata = self._metadata if previous == 0 else self._metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
         deadline = core.deadline
         return self._multicallable.inner(index), metadata, (None if deadline == _INF else deadline - now)

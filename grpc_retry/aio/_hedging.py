@@ -144,7 +144,7 @@ class _Hedged:
         core.use_address(address)
         self._launch(index, address, now)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %x: hedge %d to address %d", id(self), index, address)
+            log.debug("call %x: hedge %d on %s", id(self), index, self._subchannels.addresses[address])
         return True
 
     def _launch(self, index: int, address: int, now: float) -> None:
