@@ -448,7 +448,9 @@ class _CallBase(grpc.Call, grpc.Future):
         return True
 
     def cancelled(self) -> bool:
-        return self._done.is_set() and self._error is not None and self._error.code() == grpc.StatusCode.CANCELLED
+        """Cancelled by the application, as grpcio says (a channel's close ends calls CANCELLED, not cancelled)."""
+        error = self._error
+        return error is not None and error.code() == grpc.StatusCode.CANCELLED and error.details() == _CANCELLED_DETAILS
 
     def running(self) -> bool:
         return not self._done.is_set()
