@@ -35,7 +35,8 @@ class Step:
     before going on (None: all, or as `read_all` says). gate: an event to wait for (at most 30 s) after the
     requests were read and before answering. respond: makes the response bytes instead of the echo:
     respond(requests, i) for response number i (unary and client-stream: i = 0, requests = all requests read;
-    server-stream and bidi: requests = [the request, or the i-th request]).
+    server-stream and bidi: requests = [the request, or the i-th request]). headers_lead: seconds between the
+    headers and what follows (grpc.aio reports headers that arrive with the status as empty).
     """
 
     code: grpc.StatusCode = grpc.StatusCode.OK
@@ -48,6 +49,7 @@ class Step:
     read: Optional[int] = None
     gate: Optional[threading.Event] = None
     respond: Optional[Callable[[List[bytes], int], bytes]] = None
+    headers_lead: float = 0.0
 
 
 def fail(code=grpc.StatusCode.UNAVAILABLE, details="scripted failure", **kw) -> Step:
@@ -223,6 +225,8 @@ class Backend:
     def _headers(context, step: Step):
         if step.headers is not None:
             context.send_initial_metadata(step.headers)
+            if step.headers_lead:
+                time.sleep(step.headers_lead)  # the headers travel alone before whatever follows
 
     # -- handlers (raw bytes) ---------------------------------------------------------------------------
 
