@@ -160,7 +160,9 @@ class Backend:
 
     def _on_done(self, attempt: Attempt, context) -> None:
         with self._lock:
-            attempt.cancelled = not context.is_active()
+            # Cancelled by the client (cancel, deadline, lost connection), not merely over: grpc's sync server
+            # says so only in its RPC state (is_active() is False after any end).
+            attempt.cancelled = getattr(getattr(context, "_state", None), "client", None) == "cancelled"
             attempt.ended = time.monotonic()
             attempt.done.set()
             self._changed.notify_all()
