@@ -77,6 +77,8 @@ class HedgedCall(ResponseIterator, _CallBase):
         while core.hedge_due(now):
             if not self._start_hedge(now):
                 break
+        if self._done.is_set():
+            return  # a hedge that ended at once (its callback ran inside add_done_callback) ended the call
         if core.finished:
             self._deliver()
             return

@@ -71,10 +71,15 @@ class H2FaultServer:
         conn.initiate_connection()
         try:
             sock.sendall(conn.data_to_send())
+            gone_away = False
             while not self._stopped.is_set():
                 data = sock.recv(65536)
                 if not data:
                     return
+                if gone_away:
+                    # As a real server after GOAWAY: the connection stays up for the client to close, so the
+                    # client learns of the GOAWAY rather than of a broken pipe under a stream it is writing.
+                    continue
                 close = False
                 for event in conn.receive_data(data):
                     if isinstance(event, h2.events.RequestReceived):
@@ -84,8 +89,7 @@ class H2FaultServer:
                     elif isinstance(event, h2.events.DataReceived):
                         conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 sock.sendall(conn.data_to_send())
-                if close:
-                    return
+                gone_away = close
         except (OSError, h2.exceptions.ProtocolError):
             return
         finally:
@@ -95,7 +99,7 @@ class H2FaultServer:
                 pass
 
     def _fault(self, conn: h2.connection.H2Connection, stream_id: int) -> bool:
-        """Act on a new stream; True when the connection is to be closed afterwards."""
+        """Act on a new stream; True when the connection is going away (GOAWAY sent)."""
         if self.mode == REFUSE:
             conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
         elif self.mode == RESET:
