@@ -1,9 +1,10 @@
 """Tail latency with and without hedging: 2,000 unary calls against three backends that answer in ~1 ms but
 take 100 ms in 5% of calls (each attempt draws on its own).
 
-Configurations, in one run against the same backends: no policy, a hedging policy whose hedgingDelay is the
-healthy p95 (measured here first), and a retry policy — all through grpc_retry.aio — and no policy through
-plain grpc.aio (round_robin over the same three addresses). Attempts per call are counted by the servers.
+Configurations, in one run against the same backends: no policy through plain grpc.aio (round_robin over
+the same three addresses); no policy, a hedging policy whose hedgingDelay is the healthy p95 of the plain run,
+and a retry policy, all through grpc_retry.aio; and the hedging policy through the sync grpc_retry channel.
+Attempts per call are counted by the servers.
 
 Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C]
 """
@@ -72,7 +73,18 @@ async def attempts_seen(target: str) -> int:
         return int(await channel.unary_unary(COUNT)(b""))
 
 
-async def measure(channel, target: str, calls: int, concurrency: int) -> dict:
+def summarize(latencies, attempts: int, calls: int):
+    latencies = sorted(latencies)
+
+    def pct(p):
+        return round(latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000, 2)
+
+    stats = {"p50_ms": pct(50), "p99_ms": pct(99), "p99.9_ms": pct(99.9),
+             "attempts_per_call": round(attempts / calls, 3)}
+    return stats, [x * 1000 for x in latencies]
+
+
+async def measure(channel, target: str, calls: int, concurrency: int):
     multicallable = channel.unary_unary(CALL)
     for _ in range(100):  # warm up every connection
         await multicallable(b"w", timeout=5)
@@ -88,15 +100,33 @@ async def measure(channel, target: str, calls: int, concurrency: int) -> dict:
             latencies.append(time.perf_counter() - start)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    attempts = await attempts_seen(target)
-    latencies.sort()
+    return summarize(latencies, await attempts_seen(target), calls)
 
-    def pct(p):
-        return round(latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000, 2)
 
-    stats = {"p50_ms": pct(50), "p99_ms": pct(99), "p99.9_ms": pct(99.9),
-             "attempts_per_call": round(attempts / calls, 3)}
-    return stats, [x * 1000 for x in latencies]
+async def measure_sync(channel, target: str, calls: int, concurrency: int):
+    """The same through a sync channel: `concurrency` threads making blocking calls."""
+    multicallable = channel.unary_unary(CALL)
+    latencies = []
+    queue = list(range(calls))
+
+    def worker():
+        while True:
+            try:
+                queue.pop()
+            except IndexError:
+                return
+            start = time.perf_counter()
+            multicallable(b"x", timeout=5)
+            latencies.append(time.perf_counter() - start)
+
+    def run():
+        for _ in range(100):
+            multicallable(b"w", timeout=5)
+
+    await asyncio.to_thread(run)
+    await attempts_seen(target)
+    await asyncio.gather(*(asyncio.to_thread(worker) for _ in range(concurrency)))
+    return summarize(latencies, await attempts_seen(target), calls)
 
 
 def healthy_p95(latencies_ms) -> float:
@@ -106,6 +136,7 @@ def healthy_p95(latencies_ms) -> float:
 
 
 async def run(calls: int, concurrency: int) -> dict:
+    import grpc_retry
     import grpc_retry.aio
 
     process, target = start_backends()
@@ -126,6 +157,9 @@ async def run(calls: int, concurrency: int) -> dict:
             channel = grpc_retry.aio.insecure_channel(target, options=[("grpc.service_config", config(policy))])
             result[name], _ = await measure(channel, target, calls, concurrency)
             await channel.close()
+        sync = grpc_retry.insecure_channel(target, options=[("grpc.service_config", config(hedging))])
+        result["grpc_retry_sync_hedging"], _ = await measure_sync(sync, target, calls, concurrency)
+        sync.close()
         unhedged = result["grpc_retry_no_policy"]["p99_ms"]
         result["hedged_p99_over_unhedged_p99"] = round(result["grpc_retry_hedging"]["p99_ms"] / unhedged, 3)
         return result
