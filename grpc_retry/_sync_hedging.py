@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 
 import grpc
 
-from grpc_retry._core import transparent_kind
+from grpc_retry._core import NOT_SENT, transparent_kind
 from grpc_retry._sync_call import (
     _DEADLINE_DETAILS,
     _OK,
@@ -59,6 +59,7 @@ class HedgedCall(ResponseIterator, _CallBase):
         self._ends: Dict[int, grpc.RpcError] = {}  # attempt index -> its failure, for delivery
         self._answered = threading.Condition(self._lock)  # notified at hand-over and at the end
         self._handed_over = False
+        self._parked: Dict[int, Any] = {}  # never-sent hedges waiting for a subchannel: index -> listener
         self._follow = False  # somebody waits for the end without reading: follow the winner once chosen
         self._peeked = None
         if attempts.requests is not None:
@@ -74,6 +75,9 @@ class HedgedCall(ResponseIterator, _CallBase):
         if self._done.is_set():
             return
         now = monotonic()
+        if now >= core.deadline:
+            self._finish(local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS))
+            return
         while core.hedge_due(now):
             if not self._start_hedge(now):
                 break
@@ -85,7 +89,7 @@ class HedgedCall(ResponseIterator, _CallBase):
         if core.winner >= 0:
             self._cancel_hedges(keep=core.winner)
         blocked = core.hedge_due(now)  # due, yet no address took it
-        if blocked and not self._hedges:
+        if blocked and not self._hedges and not self._parked:
             if core.attempts > 0 and self._ends:
                 self._finish(self._final_error(self._ends[max(self._ends)]))
                 return
@@ -142,7 +146,7 @@ class HedgedCall(ResponseIterator, _CallBase):
     def _launch(self, index: int, address: int, now: float) -> None:
         a = self._attempts
         kwargs = dict(timeout=attempt_timeout(self._core, now), metadata=attempt_metadata(a.metadata, index),
-                      credentials=a.credentials, wait_for_ready=a.grpc_wait_for_ready, compression=a.compression)
+                      credentials=a.credentials, wait_for_ready=a.grpc_wait_for_ready(), compression=a.compression)
         payload = a.request if a.requests is None else a.requests.attempt_iterator(index)
         multicallable = a.inner(address)
         if log.isEnabledFor(logging.DEBUG):
@@ -198,19 +202,59 @@ class HedgedCall(ResponseIterator, _CallBase):
                 return
         else:
             error: grpc.RpcError = payload
-            retry_kind = transparent_kind(error.code().value[0], error.details())
-            if retry_kind >= 0 and core.on_transparent(index, retry_kind, now):
-                address = self._attempts.subchannels.pick(core.used)
-                if address >= 0:
-                    core.use_address(address)
-                    self._launch(index, address, now)
-                    return
+            if self._retry_transparently(index, error, now):
+                return
             if error.initial_metadata():
                 core.on_commit(index)
             self._ends[index] = error
             self._hedges.pop(index, None)
             core.on_status(index, error.code().value[0], error.trailing_metadata(), now)
         self._pump()
+
+    def _retry_transparently(self, index: int, error: grpc.RpcError, now: float) -> bool:
+        """A hedge that failed before the server's application saw it goes again, uncounted (A6): at once on an
+        address the call has not used; one that never left the client, of a call that waits for ready, once the
+        subchannels change. False: its failure is an ordinary status."""
+        kind = transparent_kind(error.code().value[0], error.details())
+        if kind < 0:
+            return False
+        core, subchannels = self._core, self._attempts.subchannels
+        since = subchannels.generation  # before looking, so that no change slips by
+        address = subchannels.pick(core.used)
+        fresh = address >= 0 and not (core.used >> address) & 1
+        if (kind == NOT_SENT and not fresh and not self._attempts.wait_for_ready) or (kind != NOT_SENT
+                                                                                     and address < 0):
+            return False
+        if not core.on_transparent(index, kind, now):
+            return False
+        self._hedges.pop(index, None)
+        if kind == NOT_SENT and not fresh:
+            self._park(index, since)
+        else:
+            core.use_address(address)
+            self._launch(index, address, now)
+        return True
+
+    def _park(self, index: int, since: int) -> None:
+        def listener():
+            self._unpark(index)
+
+        self._parked[index] = listener
+        if not self._attempts.subchannels.when_changed(since, listener):
+            TIMERS.schedule(0.0, listener)  # they changed while we looked
+
+    def _unpark(self, index: int) -> None:
+        with self._lock:
+            if self._parked.pop(index, None) is None or self._done.is_set():
+                return
+            subchannels = self._attempts.subchannels
+            since = subchannels.generation
+            address = subchannels.pick(self._core.used)
+            if address < 0:
+                self._park(index, since)
+                return
+            self._core.use_address(address)
+            self._launch(index, address, monotonic())
 
     # -- ending -------------------------------------------------------------------------------------------
 
@@ -252,6 +296,9 @@ class HedgedCall(ResponseIterator, _CallBase):
             finished = super()._finish(error, response)
             if finished:
                 self._cancel_hedges(keep=-1)  # the delivered attempt is over: cancelling it does nothing
+                for listener in self._parked.values():
+                    self._attempts.subchannels.remove_listener(listener)
+                self._parked.clear()
                 self._answered.notify_all()
             return finished
 

@@ -18,14 +18,14 @@ from typing import Any, Deque, Dict, Optional, Tuple
 import grpc
 from grpc.aio import AioRpcError
 
-from grpc_retry._core import transparent_kind
+from grpc_retry._core import NOT_SENT, transparent_kind
 from grpc_retry.aio import _call
 from grpc_retry.aio._call import _EOF, _INF, _UNAVAILABLE, PREVIOUS_ATTEMPTS, _wake
 
 log = logging.getLogger("grpc_retry")
 
 # What a watcher reports: (kind, attempt index, payload).
-_RESPONSE, _MESSAGE, _HEADERS, _ENDED = 0, 1, 2, 3
+_RESPONSE, _MESSAGE, _HEADERS, _ENDED, _UNPARK = 0, 1, 2, 3, 4
 
 
 class _Hedged:
@@ -44,6 +44,7 @@ class _Hedged:
         self._ends: Dict[int, AioRpcError] = {}  # attempt index -> its failure, for delivery
         self._events: Deque[Tuple[int, int, Any]] = collections.deque()
         self._wakeup: Optional[asyncio.Future] = None
+        self._parked: Dict[int, Any] = {}  # never-sent hedges waiting for a subchannel: index -> listener
 
     def _first_attempt(self) -> None:
         # The original goes at once; whoever awaits the call (or a done callback's task) then drives the hedges,
@@ -64,6 +65,9 @@ class _Hedged:
         try:
             while not self._done and not self._handed_over():
                 now = monotonic()
+                if now >= core.deadline:
+                    self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _call._DEADLINE_DETAILS)
+                    break
                 while core.hedge_due(now):
                     if not self._start_hedge(now):
                         break  # due, but no address can take it now: the next event decides
@@ -73,7 +77,7 @@ class _Hedged:
                 if core.winner >= 0 and self._hand_over():
                     break
                 blocked = core.hedge_due(now)  # due, yet no address took it
-                if blocked and not self._hedges and not self._events:
+                if blocked and not self._hedges and not self._parked and not self._events:
                     # Nothing live and no hedge could start: wait for an address, or give up.
                     if not await self._no_address():
                         break
@@ -127,12 +131,11 @@ class _Hedged:
         return False if started is None else not self._done
 
     def _start_attempt(self) -> int:
-        # _begin() (waiting for an address) calls this for the first attempt.
+        # _begin() (waiting for an address) calls this for the original attempt, which is always due until
+        # the deadline has passed.
         now = monotonic()
-        if self._core.finished or now >= self._core.deadline:
-            return _call._DEADLINE
         if not self._core.hedge_due(now):
-            return _call._DEADLINE if self._core.finished else _call._STARTED
+            return _call._DEADLINE
         return _call._STARTED if self._start_hedge(now) else _call._WAIT
 
     def _start_hedge(self, now: float) -> bool:
@@ -167,6 +170,9 @@ class _Hedged:
 
     async def _on_event(self, kind: int, index: int, payload) -> None:
         core = self._core
+        if kind == _UNPARK:
+            self._unpark(index)
+            return
         attempt = self._hedges.get(index)
         if attempt is None:
             return  # cancelled meanwhile
@@ -182,14 +188,8 @@ class _Hedged:
         else:
             error: AioRpcError = payload
             now = monotonic()
-            retry_kind = transparent_kind(error.code().value[0], error.details())
-            if retry_kind >= 0 and core.on_transparent(index, retry_kind, now):
-                address = self._subchannels.pick(core.used)
-                if address >= 0:
-                    self._drop(index, cancel=False)
-                    core.use_address(address)
-                    self._launch(index, address, now)
-                    return
+            if self._retry_transparently(index, error, now):
+                return
             if error.initial_metadata():
                 core.on_commit(index)
             self._ends[index] = error
@@ -197,6 +197,50 @@ class _Hedged:
             core.on_status(index, error.code().value[0], error.trailing_metadata(), now)
         if core.winner >= 0:
             self._cancel_hedges(keep=core.winner)
+
+    def _retry_transparently(self, index: int, error: AioRpcError, now: float) -> bool:
+        """A hedge that failed before the server's application saw it goes again, uncounted (A6): at once on an
+        address the call has not used; one that never left the client, of a call that waits for ready, once the
+        subchannels change. False: its failure is an ordinary status."""
+        kind = transparent_kind(error.code().value[0], error.details())
+        if kind < 0:
+            return False
+        core, subchannels = self._core, self._subchannels
+        since = subchannels.generation  # before looking, so that no change slips by
+        address = subchannels.pick(core.used)
+        fresh = address >= 0 and not (core.used >> address) & 1
+        if (kind == NOT_SENT and not fresh and not self._wait_for_ready) or (kind != NOT_SENT and address < 0):
+            return False
+        if not core.on_transparent(index, kind, now):
+            return False
+        self._drop(index, cancel=False)
+        if kind == NOT_SENT and not fresh:
+            self._park(index, since)
+        else:
+            core.use_address(address)
+            self._launch(index, address, now)
+        return True
+
+    def _park(self, index: int, since: int) -> None:
+        loop = self._loop
+
+        def listener():
+            loop.call_soon_threadsafe(self._post, _UNPARK, index)
+
+        self._parked[index] = listener
+        if not self._subchannels.when_changed(since, listener):
+            self._post(_UNPARK, index)  # they changed while we looked
+
+    def _unpark(self, index: int) -> None:
+        if self._parked.pop(index, None) is None or self._done:
+            return
+        since = self._subchannels.generation
+        address = self._subchannels.pick(self._core.used)
+        if address < 0:
+            self._park(index, since)
+            return
+        self._core.use_address(address)
+        self._launch(index, address, monotonic())
 
     async def _deliver(self) -> None:
         core = self._core
@@ -250,6 +294,9 @@ class _Hedged:
         super()._finish(*args)
         if self._hedges:
             self._cancel_hedges(keep=-1)  # the delivered attempt is over: cancelling it does nothing
+        for listener in self._parked.values():
+            self._subchannels.remove_listener(listener)
+        self._parked.clear()
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -331,7 +378,7 @@ class _HedgedRequestStream:
             self._post(_HEADERS, -1)  # overflow committed the call (or ended it): wake the driver to act
 
 
-_SLOTS = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup")
+_SLOTS = ("_hedges", "_watchers", "_writers", "_ends", "_events", "_wakeup", "_parked")
 
 
 class UnaryUnaryCall(_HedgedUnaryResponse, _call.UnaryUnaryCall):

@@ -8,6 +8,7 @@ import threading
 import time
 
 import grpc
+import pytest
 from support.backend import BIDI, SERVER_STREAM, UNARY, Step, fail, pushback
 from support.clients import ECHO_SERVICE
 
@@ -225,3 +226,22 @@ def test_buffer_overflow_commits_to_a_hedge_and_cancels_the_others(client, backe
         while TIMERS.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert TIMERS.pending() == 0
+
+
+@pytest.mark.parametrize("wait_for_ready", [None, True])
+def test_hedged_call_with_no_backend_up(client, wait_for_ready):
+    import socket
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:  # a loopback port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    ch = client.channel("ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports), hedging_options(delay="0.05s"))
+    started = time.monotonic()
+    out = ch.unary(UNARY, b"x", timeout=1.0, wait_for_ready=wait_for_ready)
+    if wait_for_ready:
+        assert out.code == grpc.StatusCode.DEADLINE_EXCEEDED  # waited for a backend until the deadline
+        assert time.monotonic() - started >= 0.9
+    else:
+        assert out.code == UNAVAILABLE  # failed fast, as grpcio does
