@@ -130,9 +130,19 @@ def test_pushback_delays_the_next_hedge(client, backends):
 
 
 def test_throttled_hedges_are_not_sent(client, backends):
-    # maxTokens 2: a first call whose two attempts both fail takes the tokens to 0 (threshold 1).
+    # maxTokens 2: a first call whose two attempts both fail takes the tokens to 0 (threshold 1). Each fails
+    # only once both have arrived: had one failed before the other was sent, the throttle (1 token left) would
+    # rightly hold the second back.
+    both = threading.Event()
+
+    def release():
+        for b in backends[:2]:
+            b.wait_attempts(UNARY, 1)
+        both.set()
+
+    threading.Thread(target=release, daemon=True).start()
     for b in backends[:2]:
-        b.script(UNARY, fail(UNAVAILABLE))
+        b.script(UNARY, fail(UNAVAILABLE, gate=both))
     options = hedging_options(max_attempts=2, delay=None, throttling={"maxTokens": 2, "tokenRatio": 0.1})
     ch = client.channel(target(backends), options)
     assert ch.unary(UNARY, b"x", timeout=10).code == UNAVAILABLE
