@@ -17,7 +17,6 @@ from typing import Any, Dict, Optional
 
 import grpc
 
-from grpc_retry._core import NOT_SENT, transparent_kind
 from grpc_retry._sync_call import (
     _DEADLINE_DETAILS,
     _OK,
@@ -33,6 +32,7 @@ from grpc_retry._sync_call import (
     with_attempts,
 )
 from grpc_retry._timer import TIMERS
+from grpc_retry._transparent import PARK, hedge_again
 
 _INF = float("inf")
 _RESPONSE, _MESSAGE, _HEADERS, _ENDED = 0, 1, 2, 3
@@ -212,26 +212,16 @@ class HedgedCall(ResponseIterator, _CallBase):
         self._pump()
 
     def _retry_transparently(self, index: int, error: grpc.RpcError, now: float) -> bool:
-        """A hedge that failed before the server's application saw it goes again, uncounted (A6): at once on an
-        address the call has not used; one that never left the client, of a call that waits for ready, once the
-        subchannels change. False: its failure is an ordinary status."""
-        kind = transparent_kind(error.code().value[0], error.details())
-        if kind < 0:
+        again = hedge_again(self._core, self._attempts.subchannels, index, error.code().value[0], error.details(),
+                            self._attempts.wait_for_ready, now)
+        if again is None:
             return False
-        core, subchannels = self._core, self._attempts.subchannels
-        since = subchannels.generation  # before looking, so that no change slips by
-        address = subchannels.pick(core.used)
-        fresh = address >= 0 and not (core.used >> address) & 1
-        if (kind == NOT_SENT and not fresh and not self._attempts.wait_for_ready) or (kind != NOT_SENT
-                                                                                     and address < 0):
-            return False
-        if not core.on_transparent(index, kind, now):
-            return False
+        address, since = again
         self._hedges.pop(index, None)
-        if kind == NOT_SENT and not fresh:
+        if address == PARK:
             self._park(index, since)
         else:
-            core.use_address(address)
+            self._core.use_address(address)
             self._launch(index, address, now)
         return True
 

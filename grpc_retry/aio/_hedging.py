@@ -18,7 +18,7 @@ from typing import Any, Deque, Dict, Optional, Tuple
 import grpc
 from grpc.aio import AioRpcError
 
-from grpc_retry._core import NOT_SENT, transparent_kind
+from grpc_retry._transparent import PARK, hedge_again
 from grpc_retry.aio import _call
 from grpc_retry.aio._call import _EOF, _INF, _UNAVAILABLE, PREVIOUS_ATTEMPTS, _wake
 
@@ -199,25 +199,16 @@ class _Hedged:
             self._cancel_hedges(keep=core.winner)
 
     def _retry_transparently(self, index: int, error: AioRpcError, now: float) -> bool:
-        """A hedge that failed before the server's application saw it goes again, uncounted (A6): at once on an
-        address the call has not used; one that never left the client, of a call that waits for ready, once the
-        subchannels change. False: its failure is an ordinary status."""
-        kind = transparent_kind(error.code().value[0], error.details())
-        if kind < 0:
+        again = hedge_again(self._core, self._subchannels, index, error.code().value[0], error.details(),
+                            self._wait_for_ready, now)
+        if again is None:
             return False
-        core, subchannels = self._core, self._subchannels
-        since = subchannels.generation  # before looking, so that no change slips by
-        address = subchannels.pick(core.used)
-        fresh = address >= 0 and not (core.used >> address) & 1
-        if (kind == NOT_SENT and not fresh and not self._wait_for_ready) or (kind != NOT_SENT and address < 0):
-            return False
-        if not core.on_transparent(index, kind, now):
-            return False
+        address, since = again
         self._drop(index, cancel=False)
-        if kind == NOT_SENT and not fresh:
+        if address == PARK:
             self._park(index, since)
         else:
-            core.use_address(address)
+            self._core.use_address(address)
             self._launch(index, address, now)
         return True
 
