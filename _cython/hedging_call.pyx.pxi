@@ -160,12 +160,6 @@ cdef class HedgingCall(CallCore):
         self.next_hedge_at = INFINITY
         self.finish()
 
-    def sent(self, int index):
-        return self._sent[index]
-
-    def ended(self, int index):
-        return self._ended[index]
-
     def __repr__(self):
         return (f"HedgingCall(attempts={self.attempts}/{self.max_attempts}, live={self.live}, "
                 f"winner={self.winner}, finished={self.finished}, final={self.final}, "

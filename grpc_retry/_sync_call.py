@@ -23,7 +23,6 @@ log = logging.getLogger("grpc_retry")
 
 PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
 _INF = float("inf")
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _CANCELLED_DETAILS = "Locally cancelled by application!"
 _DEADLINE_DETAILS = "Deadline Exceeded"
 _CLOSED_DETAILS = "Channel closed!"

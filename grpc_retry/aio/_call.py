@@ -27,7 +27,6 @@ _CANCELLED_DETAILS = "Locally cancelled by application!"
 _DEADLINE_DETAILS = "Deadline Exceeded"
 _EOF = grpc.aio.EOF
 _INF = float("inf")
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 
 # What starting an attempt came to (besides "started").
