@@ -4,7 +4,12 @@
 # Addresses are indexed 0..n-1; a call's used addresses are a bit mask (a Python int, any size). A pick
 # prefers, in order: an unused READY address, an unused address that can connect (IDLE or CONNECTING), and
 # only when every address is used or down, the normal pick (READY, then connectable). -1: nothing to pick
-# (every address in TRANSIENT_FAILURE or shut down): the driver waits (wait_for_ready) or fails the call.
+# (every address in TRANSIENT_FAILURE or shut down): the call waits (wait_for_ready) or fails.
+#
+# The picker is the call machine's view of the channel's subchannels: besides the states it keeps `generation`,
+# bumped on every change, so that a call that found nothing to pick can wait for "a change after generation g"
+# without missing one that happened while it looked; and `resolved`, whether the target has resolved (to
+# addresses or to an error), which decides between failing fast and waiting.
 
 cdef enum:
     STATE_IDLE = 0
@@ -21,6 +26,8 @@ cdef class Picker:
     cdef readonly int policy
     cdef list _states
     cdef int _next          # round_robin: where the next rotation starts
+    cdef public long generation  # bumped by the subchannels on every change
+    cdef public bint resolved    # the target resolved (to addresses, or to an error)
 
     def __init__(self, int policy, int size):
         if policy not in (PICK_FIRST, ROUND_ROBIN):

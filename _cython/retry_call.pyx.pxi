@@ -17,8 +17,8 @@ FINISH = ACTION_FINISH
 RETRY = ACTION_RETRY
 
 # Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
-NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
-REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
+
+
 
 
 cdef class CallCore:
@@ -205,7 +205,7 @@ cdef class RetryCall(CallCore):
                 f"finished={self.finished}, buffered={self.buffered}, replay={len(self.replay)})")
 
 
-cpdef int transparent_kind(int code, details):
+cpdef int _old_transparent_kind(int code, details):
     """NOT_SENT, REFUSED or -1, from an attempt's status as grpcio reports it. grpcio gives Python nothing but
     the status to tell these apart, so this reads C-core's wording (pinned grpcio range; tests/faults checks it
     against a real HTTP/2 peer)."""

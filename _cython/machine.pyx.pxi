@@ -1,0 +1,669 @@
+# The call machine: one logical call's retries, hedges, replay, commit and transparent retries (gRFC A6), for
+# both drivers (asyncio and sync). Sans-I/O: events in, each with the current time; actions out, as a list of
+# tuples the driver performs in order. It never touches grpcio, threads, asyncio or the clock.
+#
+# Theory of operation. A call is a set of attempts; a retry policy is the case of at most one live attempt with a
+# backoff between them, hedging the case of several live attempts with a delay between their starts. Each
+# attempt has a serial number n (every grpcio call, transparent retries included) and a `previous` count (its
+# grpc-previous-rpc-attempts: the counted attempts before it; a transparent retry keeps the count of the attempt
+# it stands in for). Until the call commits, it keeps every message the application sent (the replay buffer,
+# charged to the call's and the channel's budget) so that each new attempt is sent the same stream in order, one
+# message at a time. It commits — one attempt carries it from then on, nothing is buffered, the others are
+# cancelled — on the first of: response headers or a message on an attempt, a message overflowing the buffer
+# (A6: to the live attempt that has sent the most). When an attempt ends, the machine decides from the policy, the
+# throttle, pushback, the attempt count and the deadline: retry it transparently, start the next attempt now or
+# after a delay, wait for the others, or deliver a status. The picker gives each attempt an address the call has
+# not used while one can take it; when none can, the call waits for the subchannels to change or fails fast.
+#
+# States (`state`) and what moves between them:
+#
+#   IDLE       --start-------------------------------------------> ATTEMPTING | WAITING | DONE
+#   ATTEMPTING --status: retry after a delay, nothing live--------> BACKOFF
+#              --status: due, but no address, nothing live--------> WAITING
+#              --headers | message | overflow---------------------> COMMITTED
+#              --status: deliver | cancel-------------------------> DONE
+#   BACKOFF    --timer: the next attempt is due-------------------> ATTEMPTING | WAITING
+#              --timer: deadline | overflow | cancel--------------> DONE
+#   WAITING    --subchannels: an address can take it--------------> ATTEMPTING
+#              --timer: deadline | cancel-------------------------> DONE
+#   COMMITTED  --status of the winner: transparent retry----------> COMMITTED (the retry is the winner)
+#              --status of the winner | cancel | deadline---------> DONE
+#   DONE       nothing: every event but `report` raises MachineError.
+#
+# In ATTEMPTING a hedging call may also have its timer armed (the next hedge) or wait for an address for a hedge
+# that is due. Events that name an attempt (wrote, headers, message, status) are valid only while it is live;
+# `timer` only while one is armed, `subchannels_changed` only while waiting. The driver drops what arrives late
+# (an attempt the machine cancelled, a timer it disarmed): such an event is a driver bug here, and raises.
+#
+# Actions: (START, n, address, previous)  start attempt n on that address, with that metadata count
+#          (WRITE, n, k, data)            write message k (its bytes) to attempt n; answer with wrote(n)
+#          (HALF_CLOSE, n)                no more messages for attempt n
+#          (CANCEL, n)                    cancel attempt n; it is over for the machine: report nothing more of it
+#          (COMMIT, n)                    attempt n carries the call: pass its reads straight to the application
+#          (TIMER, at)                    arm the call's one timer for monotonic time `at` (inf: disarm)
+#          (WAIT, generation)             call subchannels_changed() at the first change after that generation
+#          (UNWAIT,)                      forget that wait
+#          (DELIVER, n)                   the call ends with attempt n's result (its status, metadata, response)
+#          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address)
+# DELIVER and END come last, once per call, after the CANCELs of whatever was still live.
+
+from libc.math cimport INFINITY
+
+class MachineError(RuntimeError):
+    """An event that is impossible in the call's current state (a driver bug)."""
+
+cdef enum:
+    IDLE = 0
+    ATTEMPTING = 1
+    BACKOFF = 2
+    WAITING = 3
+    COMMITTED = 4
+    DONE = 5
+
+STATE_NAMES = ("IDLE", "ATTEMPTING", "BACKOFF", "WAITING", "COMMITTED", "DONE")
+
+cdef enum:
+    A_START = 0
+    A_WRITE = 1
+    A_HALF_CLOSE = 2
+    A_CANCEL = 3
+    A_COMMIT = 4
+    A_TIMER = 5
+    A_WAIT = 6
+    A_UNWAIT = 7
+    A_DELIVER = 8
+    A_END = 9
+
+START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END = range(10)
+ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END")
+
+# Why a call ended (machine.reason), for telemetry.
+cdef enum:
+    R_NONE = 0
+    R_OK = 1
+    R_FATAL = 2             # a status the policy does not retry
+    R_EXHAUSTED = 3         # maxAttempts reached
+    R_THROTTLED = 4
+    R_PUSHBACK = 5          # the server said "do not retry"
+    R_COMMITTED = 6         # committed (headers, a message, overflow), then failed
+    R_DEADLINE = 7
+    R_CANCELLED = 8         # the application (or the channel's close, or a local failure) ended it
+    R_NO_ADDRESS = 9        # no backend could take the next attempt, and the call fails fast
+
+REASONS = ("", "ok", "fatal_status", "attempts_exhausted", "throttled", "pushback_stop", "committed_then_failed",
+           "deadline", "cancelled", "no_address")
+
+# Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
+NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
+REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
+
+
+cpdef int transparent_kind(int code, details):
+    """NOT_SENT, REFUSED or -1, from an attempt's status as grpcio reports it. grpcio gives Python nothing but
+    the status to tell these apart, so this reads C-core's wording (tests/faults checks it against a real HTTP/2
+    peer)."""
+    if code != STATUS_UNAVAILABLE or not details:
+        return -1
+    if "RST_STREAM with error code 7" in details or "GOAWAY received" in details:
+        return REFUSED
+    if details.startswith("failed to connect to all addresses"):
+        return NOT_SENT
+    return -1
+
+
+cdef class _Attempt:
+    cdef int previous       # its grpc-previous-rpc-attempts
+    cdef int address
+    cdef long generation    # the picker's generation when it started
+    cdef long sent          # messages it has written
+    cdef bint live
+    cdef bint writing       # a WRITE is out, not yet answered by wrote()
+    cdef bint closing       # HALF_CLOSE is out
+
+
+cdef class _Redo:
+    """A transparent retry waiting for an address: it stands in for an attempt already counted."""
+    cdef int previous
+    cdef long since         # NOT_SENT: reuse a used address only after a change past this generation (-1: any)
+
+
+cdef class CallMachine:
+    """One logical call. See the theory of operation at the top of this file."""
+
+    # settings
+    cdef readonly CallPolicy policy
+    cdef RetryThrottle throttle
+    cdef BufferPool pool
+    cdef Picker picker
+    cdef object rng
+    cdef long per_rpc_limit
+    cdef readonly double deadline
+    cdef readonly int max_attempts
+    cdef readonly bint hedging
+    cdef readonly bint transparent_enabled
+    cdef bint wait_for_ready
+    cdef bint unary_request
+    # state
+    cdef readonly int state
+    cdef list _attempts         # by serial number
+    cdef list _redos
+    cdef readonly int live
+    cdef readonly int counted   # attempts that count toward maxAttempts
+    cdef readonly int winner    # the committed attempt (-1: none, or the next to start)
+    cdef readonly bint committed
+    cdef int _last              # the attempt whose status arrived last (-1: none)
+    cdef readonly double next_at   # when the next counted attempt is due (inf: none planned)
+    cdef readonly double timer_at  # the armed timer (inf: none)
+    cdef readonly bint waiting     # a WAIT is out
+    cdef bint _stopped          # no further counted attempts (pushback "stop", throttled)
+    cdef int _stop_reason
+    cdef int _backoff_step
+    cdef bint _refused_retried
+    cdef object _used           # bit mask of the addresses this call's attempts went to
+    # the replay buffer: messages[k - base] is message k; `buffered` bytes are charged to the budgets
+    cdef list _messages
+    cdef readonly long base
+    cdef readonly long total    # messages the application sent
+    cdef readonly long buffered
+    cdef readonly bint half_closed
+    # the report
+    cdef readonly int transparent_retries
+    cdef readonly double idle_time   # seconds with no attempt in flight
+    cdef double _idle_since
+    cdef readonly int reason
+
+    def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, Picker picker,
+                 long per_rpc_limit, double deadline, rng, bint enabled=True, bint wait_for_ready=False,
+                 bint unary_request=True):
+        self.policy = policy
+        self.throttle = throttle
+        self.pool = pool
+        self.picker = picker
+        self.rng = rng
+        self.per_rpc_limit = per_rpc_limit
+        self.deadline = deadline
+        self.max_attempts = policy.max_attempts if enabled else 1
+        self.hedging = enabled and policy.hedging_delay >= 0 and policy.max_attempts > 1
+        self.transparent_enabled = enabled
+        self.wait_for_ready = wait_for_ready
+        self.unary_request = unary_request
+        self.state = IDLE
+        self._attempts = []
+        self._redos = []
+        self.winner = -1
+        # A call that may not retry is committed from the start: it buffers nothing.
+        self.committed = self.max_attempts <= 1
+        self._last = -1
+        self.next_at = -INFINITY
+        self.timer_at = INFINITY
+        self._used = 0
+        self._messages = []
+
+    # -- events ---------------------------------------------------------------------------------------------
+
+    cpdef list start(self, double now, object request=None):
+        """The call begins; `request`: the one message of a unary request, sent with every attempt."""
+        if self.state != IDLE:
+            self._impossible("start")
+        self._idle_since = now
+        self.state = ATTEMPTING
+        out = []
+        if request is not None:
+            self._buffer(<bytes>request, now, out)
+            self.half_closed = True
+        self._pump(now, out)
+        return out
+
+    cpdef list send_message(self, bytes data, double now):
+        """The application sent a message (serialized)."""
+        if self.state == DONE or self.state == IDLE or self.half_closed or self.unary_request:
+            self._impossible("send_message")
+        out = []
+        self._buffer(data, now, out)
+        if self.state != DONE:
+            self._write_more(out)
+        return out
+
+    cpdef list half_close(self, double now):
+        """The application sent its last message."""
+        if self.state == DONE or self.state == IDLE or self.half_closed or self.unary_request:
+            self._impossible("half_close")
+        self.half_closed = True
+        out = []
+        self._write_more(out)
+        return out
+
+    cpdef list wrote(self, int n, double now):
+        """Attempt n has written the message it was given."""
+        cdef _Attempt a = self._live(n, "wrote")
+        if not a.writing:
+            self._impossible("wrote")
+        a.writing = False
+        a.sent += 1
+        if self.winner == n and a.sent > self.base:
+            # The winner has sent it: nothing will replay it.
+            del self._messages[:a.sent - self.base]
+            self.base = a.sent
+        out = []
+        self._write_more(out)
+        return out
+
+    cpdef list headers(self, int n, double now):
+        """Attempt n received response headers (not a Trailers-Only response): the call commits to it."""
+        return self._answered(n, "headers")
+
+    cpdef list message(self, int n, double now):
+        """Attempt n received its first response message: the call commits to it."""
+        return self._answered(n, "message")
+
+    cpdef list status(self, int n, int code, object details, object trailing_metadata, double now,
+                      bint got_headers=False):
+        """Attempt n ended with `code`. `got_headers`: it had received response headers, which commit the call
+        (for call shapes that report headers only with the status)."""
+        cdef _Attempt a = self._live(n, "status")
+        cdef int kind
+        cdef bint retryable, stop, throttled = False
+        cdef long pushback
+        out = []
+        a.live = False
+        a.writing = False
+        self.live -= 1
+        self._last = n
+        if self.live == 0:
+            self._idle_since = now
+        if got_headers and self.winner != n:
+            self._commit_to(n, out)
+        if code != STATUS_OK and (self.winner < 0 or self.winner == n):
+            kind = transparent_kind(code, details)
+            if kind >= 0 and self._redo(a, kind, now):
+                self._pump(now, out)
+                return out
+        if a.previous > 0 and code != STATUS_OK:
+            self.policy.stats.record_failure()
+        retryable = code != STATUS_OK and code < 32 and (self.policy.retryable_mask >> code) & 1
+        pushback = parse_pushback(trailing_metadata) if code != STATUS_OK else PUSHBACK_NONE
+        stop = pushback == PUSHBACK_STOP
+        if self.throttle is not None:
+            if code == STATUS_OK:
+                self.throttle.record_success()
+            elif retryable or stop:
+                throttled = not self.throttle.record_failure()
+        if self.winner == n or code == STATUS_OK:
+            # The call's attempt ended (or an uncommitted one succeeded: an empty OK stream, say).
+            self._end(out, A_DELIVER, n, R_OK if code == STATUS_OK else
+                      (R_COMMITTED if self.max_attempts > 1 else R_FATAL), now)
+            return out
+        if self.committed:
+            self._impossible("status of a loser")
+        if not retryable:
+            self._end(out, A_DELIVER, n, R_FATAL, now)
+            return out
+        if stop or throttled:
+            self._stopped = True
+            self._stop_reason = R_PUSHBACK if stop else R_THROTTLED
+        elif self.counted < self.max_attempts:
+            if self.hedging:
+                # The next hedge comes forward: now, or when the server asks.
+                self.next_at = now + pushback / 1000.0 if pushback >= 0 else now
+            else:
+                self.next_at = now + self._backoff(pushback)
+        self._pump(now, out)
+        return out
+
+    cpdef list timer(self, double now):
+        """The timer armed by the last TIMER action fired."""
+        if self.state == DONE or self.timer_at == INFINITY:
+            self._impossible("timer")
+        self.timer_at = INFINITY
+        out = []
+        self._pump(now, out)
+        return out
+
+    cpdef list subchannels_changed(self, double now):
+        """The subchannels changed after the generation of the last WAIT."""
+        if self.state == DONE or not self.waiting:
+            self._impossible("subchannels_changed")
+        self.waiting = False
+        cdef _Redo r
+        for r in self._redos:
+            r.since = -1    # news arrived: a used address may be tried again
+        out = []
+        self._pump(now, out)
+        return out
+
+    cpdef list cancel(self, int code, double now):
+        """The call ends locally with `code`: the application cancelled it, the channel closed, a serializer or
+        request iterator failed."""
+        if self.state == DONE:
+            self._impossible("cancel")
+        out = []
+        self._end(out, A_END, code, R_CANCELLED, now)
+        return out
+
+    # -- what the driver reads ----------------------------------------------------------------------------------
+
+    cpdef bytes message_at(self, long k):
+        """Message k, for a WRITE (or the unary request: message 0)."""
+        return self._messages[k - self.base]
+
+    cpdef int previous(self, int n):
+        """Attempt n's grpc-previous-rpc-attempts (the count the application's trailing metadata carries)."""
+        return (<_Attempt>self._attempts[n]).previous
+
+    cpdef int address(self, int n):
+        return (<_Attempt>self._attempts[n]).address
+
+    @property
+    def attempts(self):
+        """grpcio calls made (transparent retries included)."""
+        return len(self._attempts)
+
+    @property
+    def retries(self):
+        return 0 if self.hedging or self.counted == 0 else self.counted - 1
+
+    @property
+    def hedges(self):
+        return self.counted - 1 if self.hedging and self.counted > 0 else 0
+
+    @property
+    def reason_name(self):
+        return REASONS[self.reason]
+
+    @property
+    def state_name(self):
+        return STATE_NAMES[self.state]
+
+    @property
+    def used(self):
+        return self._used
+
+    def __repr__(self):
+        return (f"CallMachine({STATE_NAMES[self.state]}, counted={self.counted}/{self.max_attempts}, "
+                f"live={self.live}, winner={self.winner}, buffered={self.buffered}, reason={REASONS[self.reason]})")
+
+    # -- inside ---------------------------------------------------------------------------------------------------
+
+    cdef _impossible(self, str event):
+        raise MachineError(f"{event} is impossible in state {STATE_NAMES[self.state]} ({self!r})")
+
+    cdef list _answered(self, int n, str event):
+        self._live(n, event)
+        out = []
+        if self.winner != n:
+            self._commit_to(n, out)
+        return out
+
+    cdef _Attempt _live(self, int n, str event):
+        if self.state == DONE or n < 0 or n >= len(self._attempts) or not (<_Attempt>self._attempts[n]).live:
+            self._impossible(f"{event}({n})")
+        return <_Attempt>self._attempts[n]
+
+    cdef void _buffer(self, bytes data, double now, list out) except *:
+        cdef long size = len(data)
+        self._messages.append(data)
+        self.total += 1
+        if self.committed:
+            return
+        if self.buffered + size > self.per_rpc_limit or not self.pool.reserve(size):
+            self._overflow(now, out)
+            return
+        self.buffered += size
+
+    cdef void _overflow(self, double now, list out) except *:
+        # A6: commit to the live attempt that has sent the most (the earliest among equals); with none live, no
+        # further attempt may start: the call ends with the last status, or the next start carries it alone.
+        cdef int i, best = -1
+        cdef _Attempt a
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if a.live and (best < 0 or a.sent > (<_Attempt>self._attempts[best]).sent):
+                best = i
+        if best >= 0:
+            self._commit_to(best, out)
+        elif self._last >= 0 and not self._redos:
+            self._end(out, A_DELIVER, self._last, R_COMMITTED, now)
+        else:
+            self._commit_pending(out)
+
+    cdef void _commit_pending(self, list out) except *:
+        # Committed with no attempt live: the next to start (the original, or a transparent retry) carries it.
+        self.committed = True
+        self._release()
+
+    cdef void _commit_to(self, int n, list out) except *:
+        cdef int i
+        cdef _Attempt a
+        self.winner = n
+        self._commit_pending(out)
+        self._stopped = True
+        self.next_at = INFINITY
+        self._set_timer(INFINITY, out)   # the winner carries the deadline
+        del self._redos[:]
+        if self.waiting:
+            self.waiting = False
+            out.append((A_UNWAIT,))
+        out.append((A_COMMIT, n))
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if a.live and i != n:
+                self._cancel_attempt(i, a, out)
+        if self.state != DONE:
+            self.state = COMMITTED
+        a = <_Attempt>self._attempts[n]
+        if a.sent > self.base:
+            del self._messages[:a.sent - self.base]
+            self.base = a.sent
+
+    cdef void _cancel_attempt(self, int i, _Attempt a, list out) except *:
+        a.live = False
+        a.writing = False
+        self.live -= 1
+        out.append((A_CANCEL, i))
+
+    cdef inline void _release(self):
+        if self.buffered:
+            self.pool.release(self.buffered)
+            self.buffered = 0
+
+    cdef double _backoff(self, long pushback) except? -1:
+        cdef double cap
+        if pushback >= 0:
+            self._backoff_step = 0
+            return pushback / 1000.0
+        cap = self.policy.initial_backoff * self.policy.backoff_multiplier ** self._backoff_step
+        if cap > self.policy.max_backoff:
+            cap = self.policy.max_backoff
+        self._backoff_step += 1
+        return self.rng() * cap
+
+    cdef bint _redo(self, _Attempt a, int kind, double now) except -1:
+        """Whether attempt `a`, which the server's application never saw, goes again transparently."""
+        cdef _Redo r
+        cdef int address
+        if (not self.transparent_enabled or now >= self.deadline or self.base != 0
+                or (kind == REFUSED and self._refused_retried)):
+            return False
+        r = _Redo()
+        r.previous = a.previous
+        r.since = -1
+        if kind == NOT_SENT:
+            # It never left the client: worth another go only on an address this call has not tried, or, for a
+            # call that waits for ready, on any address once the subchannels have news.
+            address = self.picker.pick(self._used)
+            if address < 0 or (self._used >> address) & 1:
+                if not self.wait_for_ready:
+                    return False
+                r.since = a.generation
+        else:
+            self._refused_retried = True
+        self.transparent_retries += 1
+        if self.winner >= 0:
+            self.winner = -1    # the retry will carry the committed call
+        self._redos.append(r)
+        return True
+
+    cdef bint _due(self, double now):
+        """Whether the next counted attempt may start now."""
+        if self._stopped or self.counted >= self.max_attempts or now < self.next_at:
+            return False
+        if self.committed and (self.winner >= 0 or self.counted > 0):
+            return False
+        return True
+
+    cdef void _pump(self, double now, list out) except *:
+        """Start what is due and can find an address; then end the call, or arm the timer, or wait."""
+        cdef _Redo r
+        cdef int address, i = 0
+        cdef bint blocked = False
+        cdef long generation = self.picker.generation  # before looking: no change slips by a WAIT
+        if self.live == 0 and now >= self.deadline:
+            self._end(out, A_END, STATUS_DEADLINE_EXCEEDED, R_DEADLINE, now)
+            return
+        while i < len(self._redos):
+            r = <_Redo>self._redos[i]
+            address = self.picker.pick(self._used)
+            if address < 0 or (r.since >= 0 and (self._used >> address) & 1 and self.picker.generation == r.since):
+                blocked = True
+                i += 1
+                continue
+            del self._redos[i]
+            self._start_attempt(address, r.previous, now, out)
+        while not blocked and self._due(now):
+            if self.hedging and self.counted > 0 and self.throttle is not None and not self.throttle.allows_retry():
+                # A6: throttled hedges are not sent.
+                self._stopped = True
+                self._stop_reason = R_THROTTLED
+                break
+            address = self.picker.pick(self._used)
+            if address < 0:
+                blocked = True
+                break
+            if self.counted > 0:
+                self.policy.stats.record_retry(self.counted)
+            self.counted += 1
+            self._start_attempt(address, self.counted - 1, now, out)
+            if self.hedging and self.counted < self.max_attempts and not self.committed:
+                self.next_at = now + self.policy.hedging_delay
+            else:
+                self.next_at = INFINITY
+        if self.live == 0:
+            if blocked:
+                if not self.wait_for_ready and self.picker.resolved:
+                    # Fail fast, as grpcio does when its channel is in TRANSIENT_FAILURE.
+                    if self._last >= 0:
+                        self._end(out, A_DELIVER, self._last, R_NO_ADDRESS, now)
+                    else:
+                        self._end(out, A_END, STATUS_UNAVAILABLE, R_NO_ADDRESS, now)
+                    return
+            elif not self._redos and not self._may_start_later():
+                if self._last < 0:
+                    self._impossible("an end with no attempt")
+                self._end(out, A_DELIVER, self._last, self._exhausted_reason(now), now)
+                return
+        if blocked and not self.waiting:
+            self.waiting = True
+            out.append((A_WAIT, generation))
+        elif not blocked and self.waiting:
+            self.waiting = False
+            out.append((A_UNWAIT,))
+        self._set_timer(self._wake_at(now), out)
+        self._settle_state()
+
+    cdef bint _may_start_later(self):
+        return not self._stopped and self.counted < self.max_attempts and self.next_at != INFINITY and not (
+            self.committed and (self.winner >= 0 or self.counted > 0))
+
+    cdef int _exhausted_reason(self, double now):
+        if self._stopped and self._stop_reason != R_NONE:
+            return self._stop_reason
+        if self.counted >= self.max_attempts:
+            return R_EXHAUSTED if self.max_attempts > 1 else R_FATAL
+        if now >= self.deadline:
+            return R_DEADLINE
+        return R_COMMITTED if self.committed else R_EXHAUSTED
+
+    cdef double _wake_at(self, double now):
+        # A due attempt that found no address waits for the subchannels, not for the timer.
+        cdef double at = self.next_at if self.next_at > now and self._may_start_later() else INFINITY
+        if self.live == 0 and self.deadline < at:
+            at = self.deadline
+        return at
+
+    cdef void _set_timer(self, double at, list out) except *:
+        if at != self.timer_at:
+            self.timer_at = at
+            out.append((A_TIMER, at))
+
+    cdef void _settle_state(self):
+        if self.state == DONE:
+            return
+        if self.committed:
+            self.state = COMMITTED
+        elif self.live > 0:
+            self.state = ATTEMPTING
+        elif self.waiting:
+            self.state = WAITING
+        else:
+            self.state = BACKOFF
+
+    cdef void _start_attempt(self, int address, int previous, double now, list out) except *:
+        cdef _Attempt a = _Attempt()
+        cdef int n = len(self._attempts)
+        a.previous = previous
+        a.address = address
+        a.generation = self.picker.generation
+        a.live = True
+        self._attempts.append(a)
+        self._used = self._used | (1 << address)
+        if self.live == 0:
+            self.idle_time += now - self._idle_since
+        self.live += 1
+        out.append((A_START, n, address, previous))
+        if self.committed and self.winner < 0:
+            self.winner = n
+            out.append((A_COMMIT, n))
+        if self.unary_request:
+            a.sent = 1
+            a.closing = True
+        else:
+            self._write_to(n, a, out)
+
+    cdef void _write_more(self, list out) except *:
+        cdef int i
+        cdef _Attempt a
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if a.live and not a.writing and not a.closing:
+                self._write_to(i, a, out)
+
+    cdef inline void _write_to(self, int n, _Attempt a, list out) except *:
+        if a.sent < self.total:
+            a.writing = True
+            out.append((A_WRITE, n, a.sent, self._messages[a.sent - self.base]))
+        elif self.half_closed:
+            a.closing = True
+            out.append((A_HALF_CLOSE, n))
+
+    cdef void _end(self, list out, int kind, int value, int reason, double now) except *:
+        """The call is over: cancel what is live, disarm, free the buffer, then DELIVER or END."""
+        cdef int i
+        cdef _Attempt a
+        if self.live == 0 and self.state != IDLE:
+            self.idle_time += now - self._idle_since
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if a.live:
+                self._cancel_attempt(i, a, out)
+        if self.waiting:
+            self.waiting = False
+            out.append((A_UNWAIT,))
+        self._set_timer(INFINITY, out)
+        self._release()
+        self._messages = []
+        del self._redos[:]
+        self.committed = True
+        self.next_at = INFINITY
+        self.state = DONE
+        self.reason = reason
+        out.append((kind, value))

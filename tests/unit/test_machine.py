@@ -1,0 +1,679 @@
+"""The call machine alone: scripted timelines with an exact clock and random source, and hypothesis-generated
+event sequences checked against the invariants every call must keep. No I/O."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Set
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from grpc_retry._core import (
+    ACTION_NAMES,
+    CANCEL,
+    COMMIT,
+    DELIVER,
+    END,
+    HALF_CLOSE,
+    PICK_FIRST,
+    START,
+    TIMER,
+    UNWAIT,
+    WAIT,
+    WRITE,
+    BufferPool,
+    CallMachine,
+    CallPolicy,
+    MachineError,
+    Picker,
+    RetryThrottle,
+)
+
+OK, CANCELLED, INVALID_ARGUMENT, DEADLINE_EXCEEDED, UNAVAILABLE = 0, 1, 3, 4, 14
+READY, IDLE, TRANSIENT_FAILURE = 2, 0, 3
+INF = math.inf
+NOT_SENT_DETAILS = "failed to connect to all addresses; last error: UNAVAILABLE"
+REFUSED_DETAILS = "Stream refused by server: RST_STREAM with error code 7"
+
+
+def pushback(ms: str):
+    return (("grpc-retry-pushback-ms", ms),)
+
+
+def picker(size=3, state=READY, resolved=True) -> Picker:
+    p = Picker(PICK_FIRST, size)
+    for i in range(size):
+        p.set_state(i, state)
+    p.resolved = resolved
+    return p
+
+
+def retry_policy(max_attempts=3, initial=1.0, maximum=5.0, multiplier=2.0, codes=(UNAVAILABLE,)):
+    return CallPolicy(max_attempts, initial, maximum, multiplier, codes)
+
+
+def hedging_policy(max_attempts=3, delay=1.0, codes=(UNAVAILABLE,)):
+    return CallPolicy(max_attempts, retryable_codes=codes, hedging_delay=delay)
+
+
+def machine(policy=None, *, throttle=None, pool=None, pick=None, per_rpc=1 << 20, deadline=INF, rng=lambda: 0.5,
+            enabled=True, wait_for_ready=False, unary=True) -> CallMachine:
+    return CallMachine(policy or retry_policy(), throttle, pool or BufferPool(1 << 24), pick or picker(), per_rpc,
+                       deadline, rng, enabled, wait_for_ready, unary)
+
+
+def names(actions) -> list:
+    """Actions with their names, WRITE without its bytes: easy to compare."""
+    out = []
+    for action in actions:
+        kind = action[0]
+        rest = action[1:3] if kind == WRITE else action[1:]
+        out.append((ACTION_NAMES[kind],) + tuple(rest))
+    return out
+
+
+# -- A6's five kinds of response, under a retry policy ---------------------------------------------------------
+
+
+def test_ok_delivers_at_once():
+    m = machine()
+    assert names(m.start(0.0, b"x")) == [("START", 0, 0, 0)]
+    assert names(m.status(0, OK, "", None, 0.1)) == [("DELIVER", 0)]
+    assert (m.state_name, m.reason_name, m.attempts, m.retries) == ("DONE", "ok", 1, 0)
+
+
+def test_fatal_status_is_delivered():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.status(0, INVALID_ARGUMENT, "bad", None, 0.1)) == [("DELIVER", 0)]
+    assert m.reason_name == "fatal_status"
+
+
+def test_retryable_backs_off_then_tries_another_address():
+    # rng 0.5: the n-th retry waits 0.5 * min(1 * 2^(n-1), 5)
+    m = machine(retry_policy(max_attempts=4))
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 1.0)) == [("TIMER", 1.5)]
+    assert m.state_name == "BACKOFF"
+    assert names(m.timer(1.5)) == [("START", 1, 1, 1)]  # a fired timer is disarmed
+    assert names(m.status(1, UNAVAILABLE, "x", None, 2.0)) == [("TIMER", 3.0)]
+    assert names(m.timer(3.0)) == [("START", 2, 2, 2)]
+    assert names(m.status(2, UNAVAILABLE, "x", None, 4.0)) == [("TIMER", 6.0)]
+    # Every address used: the picker falls back to the first READY one.
+    assert names(m.timer(6.0)) == [("START", 3, 0, 3)]
+    assert names(m.status(3, UNAVAILABLE, "x", None, 7.0)) == [("DELIVER", 3)]
+    assert (m.reason_name, m.retries, m.counted) == ("attempts_exhausted", 3, 4)
+    assert m.idle_time == pytest.approx(0.5 + 1.0 + 2.0)
+
+
+def test_backoff_is_capped_at_max_backoff():
+    m = machine(retry_policy(max_attempts=5, initial=1.0, maximum=1.5, multiplier=10.0), rng=lambda: 1.0)
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.0)) == [("TIMER", 1.0)]
+    m.timer(1.0)
+    assert names(m.status(1, UNAVAILABLE, "x", None, 1.0)) == [("TIMER", 2.5)]
+
+
+def test_pushback_stop_ends_retrying():
+    for value in ("-1", "abc", "007", ""):
+        m = machine()
+        m.start(0.0, b"x")
+        assert names(m.status(0, UNAVAILABLE, "x", pushback(value), 0.0)) == [("DELIVER", 0)]
+        assert m.reason_name == "pushback_stop"
+
+
+def test_pushback_sets_the_delay_exactly_and_resets_the_backoff():
+    m = machine(retry_policy(max_attempts=4))
+    m.start(0.0, b"x")
+    m.status(0, UNAVAILABLE, "x", None, 0.0)  # backoff step 1: 0.5
+    m.timer(0.5)
+    assert names(m.status(1, UNAVAILABLE, "x", pushback("250"), 1.0)) == [("TIMER", 1.25)]
+    m.timer(1.25)
+    assert names(m.status(2, UNAVAILABLE, "x", None, 2.0)) == [("TIMER", 2.5)]  # step 1 again
+
+
+def test_repeated_pushback_means_stop():
+    m = machine()
+    m.start(0.0, b"x")
+    m.status(0, UNAVAILABLE, "x", pushback("1") + pushback("2"), 0.0)
+    assert m.reason_name == "pushback_stop"
+
+
+# -- the same five under hedging -------------------------------------------------------------------------------
+
+
+def test_hedges_go_out_one_delay_apart_to_unused_addresses():
+    m = machine(hedging_policy(max_attempts=3, delay=0.5))
+    assert names(m.start(0.0, b"x")) == [("START", 0, 0, 0), ("TIMER", 0.5)]
+    assert names(m.timer(0.5)) == [("START", 1, 1, 1), ("TIMER", 1.0)]
+    assert names(m.timer(1.0)) == [("START", 2, 2, 2)]
+    assert names(m.status(1, OK, "", None, 1.1)) == [("CANCEL", 0), ("CANCEL", 2), ("DELIVER", 1)]
+    assert (m.reason_name, m.hedges, m.live) == ("ok", 2, 0)
+
+
+def test_zero_delay_sends_every_hedge_at_once():
+    m = machine(hedging_policy(max_attempts=3, delay=0.0))
+    assert names(m.start(0.0, b"x")) == [("START", 0, 0, 0), ("START", 1, 1, 1), ("START", 2, 2, 2)]
+
+
+def test_a_fatal_hedge_status_cancels_the_rest():
+    m = machine(hedging_policy())
+    m.start(0.0, b"x")
+    m.timer(1.0)
+    assert names(m.status(0, INVALID_ARGUMENT, "no", None, 1.5)) == [
+        ("CANCEL", 1), ("TIMER", INF), ("DELIVER", 0)]
+    assert m.reason_name == "fatal_status"
+
+
+def test_a_non_fatal_hedge_status_brings_the_next_forward():
+    m = machine(hedging_policy(max_attempts=3, delay=10.0))
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 1.0)) == [("START", 1, 1, 1), ("TIMER", 11.0)]
+
+
+def test_when_every_hedge_fails_the_last_status_is_delivered():
+    m = machine(hedging_policy(max_attempts=2, delay=0.0))
+    m.start(0.0, b"x")
+    assert m.status(1, UNAVAILABLE, "x", None, 1.0) == []
+    assert names(m.status(0, UNAVAILABLE, "x", None, 2.0)) == [("DELIVER", 0)]
+    assert m.reason_name == "attempts_exhausted"
+
+
+def test_hedging_pushback_stop_sends_no_more_hedges():
+    m = machine(hedging_policy(max_attempts=3, delay=0.5))
+    m.start(0.0, b"x")
+    m.timer(0.5)
+    assert names(m.status(0, UNAVAILABLE, "x", pushback("-1"), 0.6)) == [("TIMER", INF)]
+    assert names(m.status(1, UNAVAILABLE, "x", None, 0.7)) == [("DELIVER", 1)]
+    assert m.reason_name == "pushback_stop"
+
+
+def test_hedging_pushback_delays_the_next_hedge():
+    m = machine(hedging_policy(max_attempts=3, delay=0.5))
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", pushback("2000"), 0.1)) == [("TIMER", 2.1)]
+    assert m.state_name == "BACKOFF"
+    assert names(m.timer(2.1)) == [("START", 1, 1, 1), ("TIMER", 2.6)]
+
+
+def test_throttled_hedges_are_not_sent():
+    throttle = RetryThrottle(2000, 100)  # 2 tokens: one failure leaves 1, not above half
+    m = machine(hedging_policy(max_attempts=3, delay=0.5), throttle=throttle)
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1)) == [("TIMER", INF), ("DELIVER", 0)]
+    assert m.reason_name == "throttled"
+
+
+def test_throttle_stops_retries():
+    throttle = RetryThrottle(3000, 100)
+    m = machine(retry_policy(max_attempts=5), throttle=throttle)
+    m.start(0.0, b"x")
+    m.status(0, UNAVAILABLE, "x", None, 0.0)  # 2 tokens left: above 1.5
+    m.timer(0.5)
+    assert names(m.status(1, UNAVAILABLE, "x", None, 1.0)) == [("DELIVER", 1)]  # 1 left
+    assert m.reason_name == "throttled"
+
+
+# -- commit -----------------------------------------------------------------------------------------------------
+
+
+def test_headers_commit_and_a_later_failure_is_delivered():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.headers(0, 0.1)) == [("COMMIT", 0)]
+    assert m.state_name == "COMMITTED"
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.2)) == [("DELIVER", 0)]
+    assert m.reason_name == "committed_then_failed"
+
+
+def test_headers_reported_with_the_status_commit_too():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.2, True)) == [("COMMIT", 0), ("DELIVER", 0)]
+
+
+def test_the_first_hedge_to_answer_wins():
+    m = machine(hedging_policy(max_attempts=3, delay=0.1))
+    m.start(0.0, b"x")
+    m.timer(0.1)
+    assert names(m.message(1, 0.15)) == [("TIMER", INF), ("COMMIT", 1), ("CANCEL", 0)]
+    assert m.headers(1, 0.16) == []  # already its call
+    assert names(m.status(1, OK, "", None, 0.2)) == [("DELIVER", 1)]
+
+
+def stream_machine(policy=None, **kw) -> CallMachine:
+    return machine(policy, unary=False, **kw)
+
+
+def test_messages_are_replayed_in_order_one_at_a_time():
+    m = stream_machine()
+    assert names(m.start(0.0)) == [("START", 0, 0, 0)]
+    assert names(m.send_message(b"a", 0.0)) == [("WRITE", 0, 0)]
+    assert m.send_message(b"b", 0.0) == []  # one write at a time
+    assert names(m.wrote(0, 0.1)) == [("WRITE", 0, 1)]
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.2)) == [("TIMER", 0.7)]
+    assert names(m.timer(0.7)) == [("START", 1, 1, 1), ("WRITE", 1, 0)]
+    assert names(m.wrote(1, 0.8)) == [("WRITE", 1, 1)]
+    assert m.half_close(0.8) == []
+    assert names(m.wrote(1, 0.9)) == [("HALF_CLOSE", 1)]
+    assert m.buffered == 2
+
+
+def test_overflow_commits_to_the_attempt_in_flight_and_frees_the_budget():
+    pool = BufferPool(1 << 20)
+    m = stream_machine(per_rpc=8, pool=pool)
+    m.start(0.0)
+    m.send_message(b"aaaa", 0.0)
+    m.wrote(0, 0.0)
+    m.send_message(b"bbbb", 0.0)
+    assert pool.used == 8
+    assert names(m.send_message(b"cccc", 0.0)) == [("COMMIT", 0)]
+    assert (pool.used, m.buffered, m.committed) == (0, 0, True)
+    assert m.base == 1  # the winner wrote the first: nothing keeps it
+    assert names(m.wrote(0, 0.1)) == [("WRITE", 0, 2)]
+    assert m.base == 2
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.2)) == [("DELIVER", 0)]
+
+
+def test_channel_wide_overflow_commits_too():
+    pool = BufferPool(4)
+    m = stream_machine(pool=pool)
+    m.start(0.0)
+    m.send_message(b"aaaa", 0.0)
+    assert names(m.send_message(b"b", 0.0)) == [("COMMIT", 0)]
+    assert pool.used == 0
+
+
+def test_hedging_overflow_commits_to_the_hedge_that_sent_the_most():
+    m = stream_machine(hedging_policy(max_attempts=3, delay=0.1), per_rpc=5)
+    m.start(0.0)
+    m.send_message(b"aa", 0.0)
+    m.timer(0.1)                     # hedge 1 starts, gets WRITE 0
+    m.wrote(1, 0.1)
+    m.send_message(b"bb", 0.1)       # WRITE 1 to hedge 1 (hedge 0 still writing 0)
+    assert names(m.send_message(b"cc", 0.2)) == [("TIMER", INF), ("COMMIT", 1), ("CANCEL", 0)]
+
+
+def test_overflow_during_backoff_ends_the_call_with_the_last_status():
+    m = stream_machine(per_rpc=4)
+    m.start(0.0)
+    m.send_message(b"aaa", 0.0)
+    m.status(0, UNAVAILABLE, "x", None, 0.1)
+    assert names(m.send_message(b"bb", 0.2)) == [("TIMER", INF), ("DELIVER", 0)]
+    assert m.reason_name == "committed_then_failed"
+
+
+def test_overflow_before_any_attempt_commits_to_the_first():
+    m = machine(per_rpc=2)
+    assert names(m.start(0.0, b"xyz")) == [("START", 0, 0, 0), ("COMMIT", 0)]
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1)) == [("DELIVER", 0)]
+
+
+def test_no_policy_commits_at_start_and_buffers_nothing():
+    pool = BufferPool(1 << 20)
+    m = stream_machine(CallPolicy(), pool=pool)
+    assert names(m.start(0.0)) == [("START", 0, 0, 0), ("COMMIT", 0)]
+    m.send_message(b"aaaa", 0.0)
+    assert pool.used == 0
+
+
+def test_enable_retries_0_is_one_plain_attempt():
+    m = machine(retry_policy(), enabled=False)
+    assert names(m.start(0.0, b"x")) == [("START", 0, 0, 0), ("COMMIT", 0)]
+    assert names(m.status(0, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.1)) == [("DELIVER", 0)]
+
+
+# -- transparent retries ------------------------------------------------------------------------------------------
+
+
+def test_refused_is_retried_once_at_once_elsewhere_uncounted():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, REFUSED_DETAILS, None, 0.1)) == [("START", 1, 1, 0)]
+    assert (m.counted, m.transparent_retries) == (1, 1)
+    # A second refusal is an ordinary (retryable) status.
+    assert names(m.status(1, UNAVAILABLE, REFUSED_DETAILS, None, 0.2)) == [("TIMER", 0.7)]
+
+
+def test_not_sent_goes_to_an_unused_address_until_none_is_left():
+    m = machine(CallPolicy(), pick=picker(2))
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.1)) == [("START", 1, 1, 0), ("COMMIT", 1)]
+    assert names(m.status(1, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.2)) == [("DELIVER", 1)]
+
+
+def test_not_sent_with_wait_for_ready_waits_for_news_of_a_used_address():
+    p = picker(1)
+    m = machine(CallPolicy(), pick=p, wait_for_ready=True, deadline=10.0)
+    m.start(0.0, b"x")
+    generation = p.generation
+    assert names(m.status(0, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.1)) == [("WAIT", generation), ("TIMER", 10.0)]
+    assert (m.state_name, m.winner) == ("COMMITTED", -1)  # the retry will carry the committed call
+    p.generation += 1
+    assert names(m.subchannels_changed(0.5)) == [("START", 1, 0, 0), ("COMMIT", 1), ("TIMER", INF)]
+
+
+def test_transparent_retries_of_a_hedge_keep_its_index():
+    m = machine(hedging_policy(max_attempts=2, delay=0.0))
+    m.start(0.0, b"x")
+    assert names(m.status(1, UNAVAILABLE, REFUSED_DETAILS, None, 0.1)) == [("START", 2, 2, 1)]
+
+
+def test_no_transparent_retry_once_the_committed_stream_was_trimmed():
+    m = stream_machine(CallPolicy())
+    m.start(0.0)
+    m.send_message(b"a", 0.0)
+    m.wrote(0, 0.0)
+    assert names(m.status(0, UNAVAILABLE, REFUSED_DETAILS, None, 0.1)) == [("DELIVER", 0)]
+
+
+# -- addresses --------------------------------------------------------------------------------------------------
+
+
+def test_no_address_fails_fast_once_resolved():
+    m = machine(pick=picker(2, TRANSIENT_FAILURE))
+    assert names(m.start(0.0, b"x")) == [("END", UNAVAILABLE)]
+    assert m.reason_name == "no_address"
+
+
+def test_no_address_before_resolution_waits():
+    p = picker(0, resolved=False)
+    m = machine(pick=p, deadline=5.0)
+    assert names(m.start(0.0, b"x")) == [("WAIT", 0), ("TIMER", 5.0)]
+    p.resize(1)
+    p.set_state(0, IDLE)
+    p.generation += 1
+    assert names(m.subchannels_changed(1.0)) == [("START", 0, 0, 0), ("TIMER", INF)]
+    assert m.idle_time == 1.0
+
+
+def test_a_retry_with_every_backend_down_delivers_the_last_status():
+    p = picker(2)
+    m = machine(pick=p)
+    m.start(0.0, b"x")
+    p.set_state(0, TRANSIENT_FAILURE)
+    p.set_state(1, TRANSIENT_FAILURE)
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1)) == [("TIMER", 0.6)]
+    assert names(m.timer(0.6)) == [("DELIVER", 0)]
+    assert m.reason_name == "no_address"
+
+
+# -- deadline and cancel in every state --------------------------------------------------------------------------
+
+
+def in_state(state: str) -> CallMachine:
+    p = picker(1, resolved=False) if state == "WAITING" else picker()
+    if state == "WAITING":
+        p.set_state(0, TRANSIENT_FAILURE)
+    m = stream_machine(deadline=10.0, pick=p, wait_for_ready=True)
+    m.start(0.0)
+    m.send_message(b"a", 0.0)
+    if state == "BACKOFF":
+        m.status(0, UNAVAILABLE, "x", None, 0.1)
+    elif state == "COMMITTED":
+        m.headers(0, 0.1)
+    assert m.state_name == state
+    return m
+
+
+@pytest.mark.parametrize("state", ["ATTEMPTING", "BACKOFF", "WAITING", "COMMITTED"])
+def test_cancel_in_every_state_ends_once_and_leaves_nothing(state):
+    pool_used_before = 0
+    m = in_state(state)
+    actions = names(m.cancel(CANCELLED, 1.0))
+    assert actions[-1] == ("END", CANCELLED)
+    live_cancelled = [a for a in actions if a[0] == "CANCEL"]
+    assert len(live_cancelled) == (1 if state in ("ATTEMPTING", "COMMITTED") else 0)
+    assert (m.live, m.timer_at, m.waiting, m.buffered) == (0, INF, False, pool_used_before)
+    with pytest.raises(MachineError):
+        m.cancel(CANCELLED, 1.0)
+
+
+@pytest.mark.parametrize("state", ["BACKOFF", "WAITING"])
+def test_the_deadline_ends_a_call_with_no_attempt_in_flight(state):
+    m = in_state(state)
+    assert m.timer_at <= 10.0
+    if m.timer_at < 10.0:
+        m.timer(m.timer_at)  # the backoff ends; the next attempt runs until its own deadline
+        m.status(1, UNAVAILABLE, "x", None, 9.0)
+    assert names(m.timer(10.0))[-1] == ("END", DEADLINE_EXCEEDED)
+    assert m.reason_name == "deadline"
+
+
+def test_a_backoff_past_the_deadline_wakes_at_the_deadline():
+    m = machine(retry_policy(initial=100.0, maximum=100.0), deadline=2.0)
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 1.0)) == [("TIMER", 2.0)]
+    assert names(m.timer(2.0)) == [("END", DEADLINE_EXCEEDED)]
+
+
+def test_a_call_started_past_its_deadline_ends_at_once():
+    assert names(machine(deadline=1.0).start(1.0, b"x")) == [("END", DEADLINE_EXCEEDED)]
+
+
+def test_impossible_events_raise():
+    m = machine()
+    with pytest.raises(MachineError):
+        m.status(0, OK, "", None, 0.0)  # before start
+    m.start(0.0, b"x")
+    with pytest.raises(MachineError):
+        m.timer(0.0)  # none armed
+    with pytest.raises(MachineError):
+        m.subchannels_changed(0.0)  # not waiting
+    with pytest.raises(MachineError):
+        m.send_message(b"y", 0.0)  # a unary request
+    with pytest.raises(MachineError):
+        m.status(5, OK, "", None, 0.0)  # no such attempt
+    m.status(0, OK, "", None, 0.0)
+    with pytest.raises(MachineError):
+        m.headers(0, 0.0)
+
+
+def test_statistics_count_retries_and_their_failures():
+    policy = retry_policy(max_attempts=3)
+    m = machine(policy)
+    m.start(0.0, b"x")
+    m.status(0, UNAVAILABLE, "x", None, 0.0)
+    m.timer(0.5)
+    m.status(1, UNAVAILABLE, "x", None, 1.0)
+    m.timer(2.0)
+    m.status(2, OK, "", None, 3.0)
+    stats = policy.stats.as_dict()
+    assert (stats["retry_attempts"], stats["retry_attempts_failed"]) == (2, 1)
+
+
+# -- hypothesis: any interleaving keeps the invariants ------------------------------------------------------------
+
+CODES = st.sampled_from([OK, UNAVAILABLE, UNAVAILABLE, INVALID_ARGUMENT, DEADLINE_EXCEEDED])
+DETAILS = st.sampled_from(["x", NOT_SENT_DETAILS, REFUSED_DETAILS])
+TRAILERS = st.sampled_from([None, None, pushback("10"), pushback("-1")])
+
+
+class Calls(RuleBasedStateMachine):
+    """One call of random policy and shape, driven by random events in any order a driver could see them.
+    The test plays the driver: it keeps what the actions said (live attempts, the timer, the wait) and only
+    sends events that a driver could send."""
+
+    @initialize(hedged=st.booleans(), max_attempts=st.integers(1, 5), unary=st.booleans(),
+                per_rpc=st.sampled_from([3, 10, 1 << 20]), addresses=st.integers(1, 4),
+                wait_for_ready=st.booleans(), throttled=st.booleans(), deadline=st.sampled_from([5.0, INF]),
+                enabled=st.booleans(), rng=st.floats(0.0, 1.0))
+    def setup(self, hedged, max_attempts, unary, per_rpc, addresses, wait_for_ready, throttled, deadline, enabled,
+              rng):
+        if hedged:
+            self.policy = CallPolicy(max_attempts, retryable_codes=(UNAVAILABLE,), hedging_delay=0.5)
+        else:
+            self.policy = CallPolicy(max_attempts, 0.2, 1.0, 2.0, (UNAVAILABLE,))
+        self.pool = BufferPool(1 << 20)
+        self.picker = picker(addresses)
+        self.machine = CallMachine(self.policy, RetryThrottle(3000, 500) if throttled else None, self.pool,
+                                   self.picker, per_rpc, deadline, lambda: rng, enabled, wait_for_ready, unary)
+        self.max_attempts = max_attempts if enabled else 1
+        self.unary = unary
+        self.now = 0.0
+        self.live: Set[int] = set()
+        self.writing: Dict[int, bool] = {}
+        self.closed: Set[int] = set()
+        self.timer: float = INF
+        self.waiting: Optional[int] = None
+        self.ended: List[tuple] = []
+        self.committed_to: Optional[int] = None
+        self.previous_counts: Set[int] = set()
+        self.used: Set[int] = set()
+        self.half_closed = unary
+        self.ending = None
+        self.apply(self.machine.start(self.now, b"req" if unary else None))
+
+    # -- playing the driver --
+
+    def apply(self, actions):
+        for i, action in enumerate(actions):
+            kind = action[0]
+            assert not self.ended, f"{names(actions)} after the end"
+            if kind == START:
+                n, address, previous = action[1:]
+                # Nothing starts after commit, but the one that will carry a committed call.
+                if self.committed_to is not None:
+                    assert not self.live and actions[i + 1] == (COMMIT, n)
+                self.check_pick(address)
+                self.used.add(address)
+                self.live.add(n)
+                self.writing[n] = False
+                self.previous_counts.add(previous)
+                assert previous < self.max_attempts
+            elif kind == WRITE:
+                n = action[1]
+                assert n in self.live and not self.writing[n] and n not in self.closed
+                self.writing[n] = True
+            elif kind == HALF_CLOSE:
+                assert action[1] in self.live and not self.writing[action[1]]
+                self.closed.add(action[1])
+            elif kind == CANCEL:
+                self.live.remove(action[1])
+            elif kind == COMMIT:
+                self.committed_to = action[1]
+                assert action[1] in self.live or action[1] == self.ending
+            elif kind == TIMER:
+                self.timer = action[1]
+            elif kind == WAIT:
+                assert self.waiting is None
+                self.waiting = action[1]
+            elif kind == UNWAIT:
+                assert self.waiting is not None
+                self.waiting = None
+            elif kind in (DELIVER, END):
+                assert i == len(actions) - 1, "the end comes last"
+                self.ended.append(action)
+
+    def check_pick(self, address):
+        """The picker never reuses an address while an unused one could take the attempt."""
+        if address in self.used:
+            for i, state in enumerate(self.picker.states()):
+                if i not in self.used:
+                    assert state not in (READY, IDLE, 1), f"reused {address} while {i} was {state}"
+
+    def event(self, fn, *args):
+        self.apply(fn(*args))
+
+    def tick(self, dt):
+        self.now += dt
+
+    # -- events --
+
+    @precondition(lambda self: not self.ended and self.live)
+    @rule(data=st.data(), code=CODES, details=DETAILS, trailing=TRAILERS, dt=st.floats(0, 0.3),
+          got_headers=st.booleans())
+    def status(self, data, code, details, trailing, dt, got_headers):
+        n = data.draw(st.sampled_from(sorted(self.live)))
+        self.tick(dt)
+        self.live.discard(n)
+        self.ending = n  # a status with headers commits to the attempt that is ending
+        self.event(self.machine.status, n, code, details, trailing, self.now, got_headers and code != OK)
+        self.ending = None
+
+    @precondition(lambda self: not self.ended and self.live)
+    @rule(data=st.data(), message=st.booleans())
+    def answer(self, data, message):
+        n = data.draw(st.sampled_from(sorted(self.live)))
+        self.event(self.machine.message if message else self.machine.headers, n, self.now)
+
+    @precondition(lambda self: not self.ended and any(self.writing.get(n) for n in self.live))
+    @rule(data=st.data())
+    def wrote(self, data):
+        n = data.draw(st.sampled_from(sorted(n for n in self.live if self.writing[n])))
+        self.writing[n] = False
+        self.event(self.machine.wrote, n, self.now)
+
+    @precondition(lambda self: not self.ended and not self.half_closed)
+    @rule(size=st.integers(1, 4))
+    def send(self, size):
+        self.event(self.machine.send_message, b"m" * size, self.now)
+
+    @precondition(lambda self: not self.ended and not self.half_closed)
+    @rule()
+    def half_close(self):
+        self.half_closed = True
+        self.event(self.machine.half_close, self.now)
+
+    @precondition(lambda self: not self.ended and self.timer != INF)
+    @rule()
+    def timer_fires(self):
+        self.now = max(self.now, self.timer)
+        self.timer = INF
+        self.event(self.machine.timer, self.now)
+
+    @precondition(lambda self: not self.ended)
+    @rule(data=st.data(), state=st.sampled_from([READY, IDLE, TRANSIENT_FAILURE]))
+    def subchannel(self, data, state):
+        index = data.draw(st.integers(0, self.picker.size - 1))
+        self.picker.set_state(index, state)
+        self.picker.generation += 1
+        if self.waiting is not None:
+            self.waiting = None
+            self.event(self.machine.subchannels_changed, self.now)
+
+    @precondition(lambda self: not self.ended)
+    @rule(dt=st.floats(0, 1))
+    def cancel(self, dt):
+        self.tick(dt)
+        self.event(self.machine.cancel, CANCELLED, self.now)
+
+    @precondition(lambda self: bool(self.ended))
+    @rule()
+    def nothing_after_the_end(self):
+        with pytest.raises(MachineError):
+            self.machine.cancel(CANCELLED, self.now)
+
+    # -- invariants --
+
+    @invariant()
+    def ends_once_and_leaves_nothing(self):
+        if not hasattr(self, "machine"):
+            return
+        assert len(self.ended) <= 1
+        assert self.machine.counted <= self.max_attempts
+        assert self.live == {n for n in range(self.machine.attempts) if n in self.live}
+        assert self.machine.live == len(self.live)
+        if self.ended:
+            assert self.machine.state_name == "DONE"
+            assert not self.live and self.timer == INF and self.waiting is None
+            assert self.pool.used == 0 and self.machine.buffered == 0
+            assert self.machine.reason_name
+        else:
+            assert self.pool.used == self.machine.buffered
+            if not self.live and self.waiting is None:
+                assert self.timer != INF, "a call with nothing live and nothing to wait for must have a timer"
+
+    def teardown(self):
+        if hasattr(self, "machine") and not self.ended:
+            # Whatever state it is in, the call can still be ended.
+            self.event(self.machine.cancel, CANCELLED, self.now + 100)
+            assert len(self.ended) == 1 and self.pool.used == 0
+
+
+TestCalls = Calls.TestCase
+TestCalls.settings = settings(max_examples=400, stateful_step_count=40, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
