@@ -51,8 +51,6 @@ class Subchannels:
         self._lock = threading.RLock()
         self._listeners: List[Callable[[], None]] = []   # one-shot: waiters for the next change
         self._watchers: List[Callable[[], None]] = []    # persistent: connectivity subscribers
-        # Bumped on every change: a waiter that read it before looking at the states cannot miss a change.
-        self.generation = 0
         self.resolving = False
         self.resolution_error: Optional[str] = None
         self._last_resolution = float("-inf")
@@ -79,6 +77,11 @@ class Subchannels:
     def resolved(self) -> bool:
         return bool(self.addresses) or self.resolution_error is not None
 
+    @property
+    def generation(self) -> int:
+        """Bumped on every change: a waiter that read it before looking at the states cannot miss a change."""
+        return self.picker.generation
+
     def _resolve(self) -> None:
         with self._lock:
             if self.resolving or self.closed:
@@ -100,6 +103,7 @@ class Subchannels:
                 self._set_addresses(addresses)
             elif not self.addresses:
                 self.resolution_error = error
+            self.picker.resolved = self.resolved
         if error:
             log.warning("grpc_retry: %s", error)
             self._maybe_resolve_again()  # nothing new to connect to: look again when the interval allows
@@ -122,11 +126,14 @@ class Subchannels:
                     self.addresses.append(address)
                     self._channels.append(None)
                     self.picker.resize(len(self.addresses))
+            self.picker.resolved = self.resolved
 
     # -- subchannels ------------------------------------------------------------------------------------
 
     def channel(self, index: int, connect: bool = False):
         """The grpcio channel of address `index`, created on first use; `connect`: make it connect now."""
+        if self._eager and self._connected < len(self.addresses):
+            self._connect_all()
         channel = self._channels[index]
         if channel is None:
             with self._lock:
@@ -240,7 +247,7 @@ class Subchannels:
 
     def _notify(self) -> None:
         with self._lock:
-            self.generation += 1
+            self.picker.generation += 1
             listeners, self._listeners = self._listeners, []
             listeners += self._watchers
         for listener in listeners:
@@ -387,4 +394,8 @@ class AioSubchannels(Subchannels):
         for channel in channels:
             if channel is not None:
                 await channel.close(grace)
+        # The attempts this cancelled finish in C-core a moment later; let their completions run on this loop
+        # now, or grpc.aio hands them to a loop that may be closed by then (and drops other loops' events).
+        for _ in range(3):
+            await asyncio.sleep(0)
         self._notify()

@@ -1,301 +1,353 @@
-"""The asyncio driver: grpc.aio call objects whose attempts are plain grpc.aio calls on a subchannel.
+"""The asyncio driver: grpc.aio call objects over the call machine, whose attempts are plain grpc.aio calls on
+subchannels, carrying bytes.
 
-Each logical call owns a RetryCall (the compiled core) and runs it. To keep the happy path cheap, nothing
-extra is scheduled per call: the attempt is started when the call is created, and whoever awaits the call
-(or reads from it) drives the retries inline. A background task is started only when nobody awaits but
-somebody must (add_done_callback). Attempts send and receive bytes; the application's serializer runs once
-per message, its deserializer once per delivered response.
+A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from
+grpc.aio's done callbacks (a unary attempt's invocation task, a stream's Cython call), timers are
+`loop.call_later`, subchannel changes arrive through `call_soon_threadsafe`. No task of ours runs per unary call;
+a hedged attempt has a small watcher task (to see its response headers before its end), a streaming request a
+task per write, and whoever reads a response stream reads the attempt in flight. The application's serializer runs
+once per message, its deserializer once per delivered response.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+from functools import partial
 from time import monotonic
-from typing import Any, AsyncIterator, Callable, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional
 
 import grpc
-from grpc._cython import cygrpc
 from grpc.aio import AioRpcError, Metadata, _base_call
 
-from grpc_retry._core import NOT_SENT, RETRY, RetryCall, transparent_kind
+from grpc_retry import _grpc_internals as internals
+from grpc_retry._core import CallMachine
+from grpc_retry._driver import (
+    CANCELLED_DETAILS,
+    DEADLINE_DETAILS,
+    INF,
+    STATUS_CODES,
+    CallDriver,
+    attempt_metadata,
+    log,
+    trace_attempt,
+    trailing_with_attempts,
+)
 
-log = logging.getLogger("grpc_retry")
-
-PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
-_CANCELLED_DETAILS = "Locally cancelled by application!"
-_DEADLINE_DETAILS = "Deadline Exceeded"
 _EOF = grpc.aio.EOF
-_INF = float("inf")
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-
-# What starting an attempt came to (besides "started").
-_STARTED, _WAIT, _DEADLINE = 0, 1, 2
-
-
-def _trailing_with_attempts(trailing: Optional[Metadata], previous: int) -> Metadata:
-    pairs = tuple(trailing) if trailing else ()
-    return Metadata(*pairs, (PREVIOUS_ATTEMPTS, str(previous)))
+# Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
+# (grpc.aio can resolve the first a loop turn before the second). Silence this long after them means real ones.
+HEADERS_GRACE = 0.05
+_OK = grpc.StatusCode.OK
+_CANCELLED = grpc.StatusCode.CANCELLED
 
 
-class _RetryingCall:
-    """State and status plumbing shared by the four cardinalities."""
+class _Call(CallDriver):
+    """The state and I/O that every cardinality shares."""
 
     __slots__ = (
-        "_core", "_state", "_multicallable", "_subchannels", "_metadata", "_credentials", "_wait_for_ready",
-        "_compression", "_deserializer", "_attempt", "_done", "_code", "_details", "_initial", "_trailing", "_error",
-        "_callbacks", "_driving", "_waiter", "_sleep", "_loop", "_task", "__weakref__",
-        "_grpc_wfr", "_since", "_started", "_stale", "_answered",
+        "_machine", "_method", "_loop", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr",
+        "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
+        "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
+        "_callbacks", "_watchers", "_writes", "_peek", "__weakref__",
     )
 
-    def __init__(self, state, multicallable, core: RetryCall, metadata, credentials, wait_for_ready,
-                 compression, deserializer):
-        self._core = core
-        self._state = state
-        self._multicallable = multicallable  # the channel's method: inner(index) is its grpcio multicallable
-        self._subchannels = multicallable.subchannels
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
+                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+        self._machine = machine
+        self._method = method            # the channel's method: inner(address), subchannels, deserializer
+        self._loop = asyncio.get_running_loop()
+        self._request = request
         self._metadata = tuple(metadata) if metadata else ()
         self._credentials = credentials
-        self._wait_for_ready = wait_for_ready
-        self._grpc_wfr = False if state.options.enable_retries else wait_for_ready
-        self._since = self._started = 0
-        self._stale = None
-        self._answered = False
         self._compression = compression
-        self._deserializer = deserializer
-        self._attempt = None
+        # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
+        self._grpc_wfr = bool(wait_for_ready) and (
+            not machine.transparent_enabled or (stream_request and machine.committed))
+        self._hedged = machine.hedging
+        self._attempts: Dict[int, Any] = {}   # live attempts by number
+        self._last: Any = None                # the attempt whose status was reported last
+        self._current = -1                    # the attempt in flight (not hedged): the one a reader reads ahead
+        self._winner = -1
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._listener: Optional[Callable[[], None]] = None
+        self._local_details = ""
         self._done = False
         self._code: Optional[grpc.StatusCode] = None
-        self._details = None
-        self._initial = None
-        self._trailing = None
-        self._error: Optional[BaseException] = None
+        self._details: Optional[str] = None
+        self._initial: tuple = ()     # raw pairs: a Metadata is made only when asked for
+        self._trailing: tuple = ()
+        self._debug: Optional[str] = None
+        self._response: Any = None
+        self._waiters: Optional[List[asyncio.Future]] = None  # awaiting the end
+        self._changed: Optional[asyncio.Future] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable]] = None
-        self._driving = False
-        self._waiter: Optional[asyncio.Future] = None
-        self._sleep: Optional[asyncio.Future] = None
-        self._loop = asyncio.get_running_loop()
-        self._task: Optional[asyncio.Task] = None
+        self._watchers: Optional[Dict[int, asyncio.Task]] = None  # hedges: each one's watcher
+        self._writes: Optional[Dict[int, asyncio.Task]] = None    # request streams: each attempt's write
+        self._peek: Optional[asyncio.Task] = None  # the winner's first read, made before it won
 
-    # -- attempts ---------------------------------------------------------------------------------------
+    def _begin(self) -> None:
+        self._act(self._machine.start(monotonic(), self._request))
 
-    def _next_attempt(self):
-        """Pick an address the call has not used (while one can take it) and count the attempt:
-        (grpcio multicallable, metadata, timeout), or _WAIT (no address now), or _DEADLINE."""
-        core = self._core
-        since = self._since = self._subchannels.generation
-        index = self._subchannels.pick(core.used)
-        if index < 0 or (self._stale == since and (core.used >> index) & 1):
-            return _WAIT
-        now = monotonic()
-        previous = core.begin_attempt(now)
-        if previous < 0:
-            return _DEADLINE
-        core.use_address(index)
-        self._started, self._stale, self._answered = since, None, False
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %x: attempt %d (previous %d) on %s", id(self), core.attempts, previous,
-                      self._subchannels.addresses[index])
-        metadata = self._metadata if previous == 0 else self._metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
-        deadline = core.deadline
-        return self._multicallable.inner(index), metadata, (None if deadline == _INF else deadline - now)
+    # -- actions ----------------------------------------------------------------------------------------------
 
-    def _start_attempt(self) -> int:  # overridden: start the next attempt, or say why not
+    def _start(self, n: int, address: int, previous: int) -> None:
+        method = self._method
+        trace_attempt(self, n, previous, method.subchannels.addresses[address])
+        deadline = self._machine.deadline
+        attempt = method.inner(address)(
+            self._request, timeout=None if deadline == INF else deadline - monotonic(),
+            metadata=attempt_metadata(self._metadata, previous), credentials=self._credentials,
+            wait_for_ready=self._grpc_wfr, compression=self._compression)
+        self._attempts[n] = attempt
+        if self._hedged:
+            if self._watchers is None:
+                self._watchers = {}
+            self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
+        else:
+            self._current = n
+            self._follow(n, attempt)
+        self._wake_readers()
+
+    def _follow(self, n: int, attempt) -> None:  # per response kind: report the attempt's end
         raise NotImplementedError
 
-    def _first_attempt(self) -> None:
-        result = self._start_attempt()
-        if result == _DEADLINE:
-            self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
-        elif result == _WAIT:
-            if self._subchannels.resolved and not self._wait_for_ready:
-                self._finish_local(_UNAVAILABLE, self._subchannels.unavailable_details())
-            else:
-                self._ensure_driver()  # nothing to pick yet: a task waits for an address, as grpcio's call would
+    def _write(self, n: int, data: bytes) -> None:
+        self._writing(n, self._send(n, self._attempts[n], data))
 
-    async def _begin(self):
-        """Start the next attempt, waiting while no address can take it (resolution pending, or every
-        subchannel down and the call waits for ready). True: started. False: the call ended (deadline).
-        None: no address and the call fails fast; the caller ends it with the failure at hand."""
-        subchannels = self._subchannels
-        while not self._done:
-            result = self._start_attempt()
-            if result == _STARTED:
-                return True
-            if result == _DEADLINE:
-                self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
-                return False
-            if subchannels.resolved and not self._wait_for_ready:
-                return None
-            deadline = self._core.deadline
-            if deadline != _INF and monotonic() >= deadline:
-                self._finish_local(grpc.StatusCode.DEADLINE_EXCEEDED, _DEADLINE_DETAILS)
-                return False
-            await self._sleep_until(None if deadline == _INF else deadline - monotonic(), subchannels)
-        return False
-
-    async def _begin_or_fail(self):
-        """_begin(), ending the call UNAVAILABLE when no address can take it."""
-        started = await self._begin()
-        if started is None:
-            self._finish_local(_UNAVAILABLE, self._subchannels.unavailable_details())
-        return bool(started)
-
-    async def _transparent(self, code: grpc.StatusCode, details: Optional[str]):
-        """If the attempt failed before the server's application saw it, retry it at once, uncounted.
-        False: not transparent (an ordinary status). True: retried, or the call ended. None: no address
-        could take it and the call fails fast; the caller ends it with this failure."""
-        kind = transparent_kind(code.value[0], details)
-        if kind < 0:
-            return False
-        core = self._core
-        if kind == NOT_SENT:
-            # Never left the client: only worth another go on an address this call has not tried.
-            index = self._subchannels.pick(core.used)
-            if index < 0 or (core.used >> index) & 1:
-                if not self._wait_for_ready:
-                    return False
-                self._stale = self._started  # retry a used address only after news of it
-        if not core.on_transparent(kind, monotonic()):
-            self._stale = None
-            return False
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %x: transparent retry after %s: %s", id(self), code, details)
-        return await self._begin()
-
-    async def _sleep_until(self, timeout: Optional[float], subchannels=None) -> None:
-        """Sleep `timeout` seconds (None: until woken), or until the subchannels change if given.
-        cancel() cuts it short (CancelledError)."""
-        loop = self._loop
-        sleep = self._sleep = loop.create_future()
-        handle = None if timeout is None else loop.call_later(timeout, _wake, sleep)
-        listener = None
-        if subchannels is not None:
-            def listener():
-                loop.call_soon_threadsafe(_wake, sleep)
-            if not subchannels.when_changed(self._since, listener):
-                listener = None
-                _wake(sleep)
+    async def _send(self, n: int, attempt, data: bytes) -> None:
         try:
-            await sleep
-        finally:
-            if handle is not None:
-                handle.cancel()
-            if listener is not None:
-                subchannels.remove_listener(listener)
-            self._sleep = None
+            sent = await internals.aio_send(attempt, data)
+        except (asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
+            return  # the attempt ended: its status decides what happens next
+        if sent and self._attempts.get(n) is attempt:
+            self._act(self._machine.wrote(n, monotonic()))
 
-    async def _backoff(self) -> bool:
-        """Sleep the core's delay, then count the next attempt. False when the call ended meanwhile."""
-        delay = self._core.delay
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("call %x: attempt %d failed, retrying in %.3fs", id(self), self._core.attempts, delay)
-        if delay > 0:
-            await self._sleep_until(delay)
+    def _half_close(self, n: int) -> None:
+        self._writing(n, internals.aio_half_close(self._attempts[n]))
+
+    def _writing(self, n: int, coro) -> None:
+        """One write (or half-close) per attempt at a time, as the machine hands them out."""
+        if self._writes is None:
+            self._writes = {}
+        task = self._writes[n] = self._loop.create_task(coro)
+        task.add_done_callback(partial(self._written, n))
+
+    def _written(self, n: int, task: asyncio.Task) -> None:
+        writes = self._writes
+        if writes is not None and writes.get(n) is task:
+            del writes[n]
+
+    def _cancel_attempt(self, n: int) -> None:
+        # Forget it first: its done callback, run inline by cancel(), must find it gone. (It is gone already when
+        # it ended by someone else's cancel, which ends the call.)
+        attempt = self._attempts.pop(n, None)
+        for tasks in (self._watchers, self._writes):
+            if tasks is not None:
+                task = tasks.pop(n, None)
+                if task is not None:
+                    task.cancel()
+        if attempt is not None:
+            attempt.cancel()
+
+    def _commit(self, n: int) -> None:
+        self._winner = n
+        self._wake_readers()
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if at != INF:
+            self._timer = self._loop.call_later(max(at - monotonic(), 0.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._done:
+            self._act(self._machine.timer(monotonic()))
+
+    def _wait(self, generation: int) -> None:
+        loop = self._loop
+
+        def listener() -> None:
+            loop.call_soon_threadsafe(self._on_change, listener)
+
+        self._listener = listener
+        if not self._method.subchannels.when_changed(generation, listener):
+            loop.call_soon(self._on_change, listener)  # they changed while the machine looked
+
+    def _on_change(self, listener) -> None:
+        if self._listener is listener and not self._done:
+            self._listener = None
+            self._act(self._machine.subchannels_changed(monotonic()))
+
+    def _unwait(self) -> None:
+        listener, self._listener = self._listener, None
+        self._method.subchannels.remove_listener(listener)
+
+    def _deliver(self, n: int) -> None:
+        attempt, previous = self._last, self._machine.previous(n)
+        status = internals.aio_status(attempt)
+        if status is None:  # cancelled before grpcio had a status for it
+            self._finish(_CANCELLED, CANCELLED_DETAILS, (), (), None)
+            return
+        code = STATUS_CODES[status.code()]
+        trailing = status.trailing_metadata()
+        if previous > 0:
+            trailing = trailing_with_attempts(trailing, previous)
+        initial = internals.aio_initial_metadata(attempt)
+        if code is _OK and self._response is not None and self._method.deserializer is not None:
+            try:
+                self._response = self._method.deserializer(self._response)
+            except Exception:
+                log.exception("response deserializer failed")
+                self._local_details = "Exception deserializing response!"
+                self._finish(grpc.StatusCode.INTERNAL, self._local_details, (), (), None)
+                return
+        self._finish(code, status.details(), initial, trailing,
+                     None if code is _OK else status.debug_error_string())
+
+    def _end(self, code: int) -> None:
+        status = STATUS_CODES[code]
+        if status is grpc.StatusCode.DEADLINE_EXCEEDED:
+            details = DEADLINE_DETAILS
+        elif status is grpc.StatusCode.UNAVAILABLE:
+            details = self._method.subchannels.unavailable_details()
+        else:
+            details = self._local_details
+        self._finish(status, details, (), (), None)
+
+    # -- what the attempts report ---------------------------------------------------------------------------------
+
+    def _ended(self, n: int, attempt, got_headers: bool) -> None:
+        """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours)."""
+        if self._attempts.get(n) is not attempt:
+            return
+        del self._attempts[n]
+        if self._current == n:
+            self._current = -1
+        status = internals.aio_status(attempt)
+        if internals.aio_locally_cancelled(attempt):
+            # Not by us (we forget an attempt before cancelling it): the application cancelled a task reading it,
+            # and grpc.aio cancelled the RPC, as it does for its own calls.
+            self._cancel(CANCELLED_DETAILS)
+            return
+        self._last = attempt
+        code = status.code()
+        self._act(self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
+                                       got_headers and code != 0))
+        self._wake_readers()
+
+    async def _first_answer(self, n: int, attempt) -> None:
+        """Tell the machine when attempt n answers — response headers, or its first message — which commits the
+        call to it; return when it has, or when the attempt has ended without answering."""
+        metadata = await attempt.initial_metadata()
+        if attempt.done() or self._attempts.get(n) is not attempt or self._winner == n:
+            return  # ended, cancelled, or already the call's (overflow): the application reads it
+        peek = None
+        if not metadata:
+            # Read ahead: a message commits, the end does not, silence after the headers does.
+            peek = self._loop.create_task(_read(attempt))
+            await asyncio.wait((peek,), timeout=HEADERS_GRACE)
+            if self._attempts.get(n) is not attempt or peek.done() and peek.result() is _EOF:
+                return
+        if self._winner != n:
+            self._act(self._machine.headers(n, monotonic()))
+        if self._winner == n:
+            self._peek = peek  # the application's first read (a unary response: the response)
+
+    async def _watch(self, n: int, attempt) -> None:
+        """A hedge: report its first answer, which commits the call, then (a unary response) read the winner's
+        response and report its end."""
+        try:
+            await self._first_answer(n, attempt)
+            if self._winner == n and self._attempts.get(n) is attempt:
+                await self._read_response(attempt)
+            await attempt.code()
+        finally:
+            if self._watchers is not None and self._watchers.get(n) is asyncio.current_task():
+                del self._watchers[n]
+        self._ended(n, attempt, False)
+
+    async def _read_response(self, attempt) -> None:  # unary responses: the winner's response
+        pass
+
+    # -- ending ---------------------------------------------------------------------------------------------------
+
+    def _cancel(self, details: str, code: int = 1) -> bool:
         if self._done:
-            raise asyncio.CancelledError()
+            return False
+        self._local_details = details
+        self._act(self._machine.cancel(code, monotonic()))
         return True
 
-    # -- ending -----------------------------------------------------------------------------------------
-
-    def _finish(self, code: grpc.StatusCode, details, initial, trailing, error: Optional[BaseException]):
-        if self._done:
-            return
+    def _finish(self, code: grpc.StatusCode, details: Optional[str], initial, trailing, debug: Optional[str]):
         self._done = True
-        self._core.finish()
-        self._code, self._details, self._initial, self._trailing, self._error = (
-            code, details, initial, trailing, error)
-        self._wake_waiters()
-        callbacks = self._callbacks
+        self._code, self._details, self._debug = code, details, debug
+        self._initial, self._trailing = initial, trailing
+        self._stop_tasks()
+        waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        self._wake_readers()
+        callbacks, self._callbacks = self._callbacks, None
         if callbacks:
-            self._callbacks = None
             for callback in callbacks:
                 try:
                     callback(self)
                 except Exception:  # a callback's failure must not break the call
                     log.exception("done callback of %r failed", self)
 
-    def _finish_from_error(self, error: AioRpcError):
-        """End with the status of `error`, the attempt whose result is returned."""
-        previous = self._previous()
-        trailing = error.trailing_metadata()
-        if previous > 0:
-            trailing = _trailing_with_attempts(trailing, previous)
-            error = AioRpcError(error.code(), error.initial_metadata(), trailing, error.details(),
-                                error.debug_error_string())
-        self._finish(error.code(), error.details(), error.initial_metadata(), trailing, error)
+    def _stop_tasks(self) -> None:
+        current = asyncio.current_task()
+        for tasks in (self._watchers, self._writes):
+            if tasks:
+                for task in tasks.values():
+                    if task is not current:
+                        task.cancel()
+                tasks.clear()
 
-    def _finish_local(self, code: grpc.StatusCode, details: str):
-        """End with a status that no server sent: deadline, cancellation, client-side failures."""
-        initial, trailing = Metadata(), Metadata()
-        error = AioRpcError(code, initial, trailing, details, None)
-        if self._attempt is not None:
-            self._attempt.cancel()
-        self._finish(code, details, initial, trailing, error)
+    def _wake_readers(self) -> None:
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            if not changed.done():
+                changed.set_result(None)
 
-    def _previous(self) -> int:
-        """Attempts made before the one whose result the application gets (its trailing metadata says so)."""
-        return self._core.attempts - 1
+    async def _next_change(self) -> None:
+        """Until an attempt starts, the call commits or ends."""
+        if self._changed is None:
+            self._changed = self._loop.create_future()
+        await asyncio.shield(self._changed)
 
-    async def _finish_ok(self, attempt):
-        previous = self._previous()
-        trailing = await attempt.trailing_metadata()
-        if previous > 0:
-            trailing = _trailing_with_attempts(trailing, previous)
-        self._finish(grpc.StatusCode.OK, await attempt.details(), await attempt.initial_metadata(), trailing,
-                     None)
+    async def _until_done(self) -> None:
+        """Until the call ends. Cancelling the waiting task cancels only this wait."""
+        if self._done:
+            return
+        waiter = self._loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        await waiter
 
-    def _wake_waiters(self):
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+    def _error(self) -> AioRpcError:
+        return AioRpcError(self._code, Metadata.from_tuple(self._initial), Metadata.from_tuple(self._trailing),
+                           self._details, self._debug)
 
-    async def _wait_driver(self):
-        """Wait until whoever drives the call stops (the call ended, or a streaming call committed)."""
-        if self._waiter is None:
-            self._waiter = self._loop.create_future()
-        await asyncio.shield(self._waiter)
+    def _raise_if_failed(self) -> None:
+        if self._code is not _OK:
+            if self._code is _CANCELLED and self._details == CANCELLED_DETAILS:
+                raise asyncio.CancelledError()
+            raise self._error()
 
-    async def _settle(self):
-        """Drive the call to its end if nobody else is, else wait for whoever is."""
-        while not self._done:
-            if self._driving:
-                await self._wait_driver()
-            else:
-                await self._drive()
-
-    async def _drive(self):  # overridden
-        raise NotImplementedError
-
-    def _ensure_driver(self):
-        if not self._done and not self._driving and self._task is None:
-            self._task = self._loop.create_task(self._drive_quietly())
-
-    async def _drive_quietly(self):
-        try:
-            await self._settle()
-        except BaseException:  # the outcome is recorded on the call; the task itself has no reader
-            pass
-
-    def _on_driver_cancelled(self):
-        """The task driving this call was cancelled: as in grpc.aio, that cancels the call."""
-        if not self._done:
-            self.cancel()
-
-    # -- grpc.aio.Call API ------------------------------------------------------------------------------
+    # -- grpc.aio.Call ----------------------------------------------------------------------------------------
 
     def cancel(self) -> bool:
-        if self._done:
-            return False
-        if self._sleep is not None and not self._sleep.done():
-            self._sleep.cancel()
-        self._finish_local(grpc.StatusCode.CANCELLED, _CANCELLED_DETAILS)
-        return True
+        return self._cancel(CANCELLED_DETAILS)
 
     def cancelled(self) -> bool:
-        return self._code == grpc.StatusCode.CANCELLED
+        return self._code is _CANCELLED
 
     def done(self) -> bool:
         return self._done
@@ -307,433 +359,228 @@ class _RetryingCall:
         if self._callbacks is None:
             self._callbacks = []
         self._callbacks.append(callback)
-        self._ensure_driver()
 
     def time_remaining(self) -> Optional[float]:
-        deadline = self._core.deadline
-        return None if deadline == _INF else max(deadline - monotonic(), 0.0)
+        deadline = self._machine.deadline
+        return None if deadline == INF else max(deadline - monotonic(), 0.0)
 
     async def initial_metadata(self) -> Optional[Metadata]:
-        await self._settle_headers()
-        if self._done:
-            return self._initial
-        return await self._attempt.initial_metadata()
-
-    async def _settle_headers(self):
-        # Unary responses: headers arrive with the status, so the whole call is settled.
-        await self._settle()
+        await self._until_done()
+        return Metadata.from_tuple(self._initial)
 
     async def trailing_metadata(self) -> Optional[Metadata]:
-        await self._settle()
-        return self._trailing
+        await self._until_done()
+        return Metadata.from_tuple(self._trailing)
 
     async def code(self) -> grpc.StatusCode:
-        await self._settle()
+        await self._until_done()
         return self._code
 
     async def details(self) -> str:
-        await self._settle()
+        await self._until_done()
         return self._details
 
     async def debug_error_string(self) -> Optional[str]:
-        await self._settle()
-        return self._error.debug_error_string() if isinstance(self._error, AioRpcError) else None
+        await self._until_done()
+        return self._debug
 
     async def wait_for_connection(self) -> None:
-        if self._attempt is not None and not self._done:
-            await self._attempt.wait_for_connection()
+        while not self._done:
+            n = self._winner if self._winner >= 0 else self._current
+            attempt = self._attempts.get(n)
+            if attempt is None:
+                await self._next_change()
+                continue
+            try:
+                await attempt.wait_for_connection()
+            except AioRpcError:
+                pass
+            return
 
-    def _raise_if_failed(self):
-        if self._error is not None:
-            if self._code == grpc.StatusCode.CANCELLED and self._details == _CANCELLED_DETAILS:
-                raise asyncio.CancelledError()
-            raise self._error
-
-    def __repr__(self):
-        return f"<{type(self).__name__} done={self._done} code={self._code} core={self._core!r}>"
-
-
-def _wake(future: asyncio.Future):
-    if not future.done():
-        future.set_result(None)
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} done={self._done} code={self._code} machine={self._machine!r}>"
 
 
-class _UnaryResponse(_RetryingCall):
-    """Calls with one response (unary-unary, stream-unary): an attempt's whole result arrives at once."""
+async def _read(attempt) -> Any:
+    """An attempt's next message, or EOF when it has ended (its status then tells how)."""
+    try:
+        return await attempt.read()
+    except AioRpcError:
+        return _EOF
 
-    __slots__ = ("_response",)
+
+class _UnaryResponse(_Call):
+    """Calls with one response (unary-unary, stream-unary)."""
+
+    __slots__ = ()
+
+    def _follow(self, n: int, attempt) -> None:
+        internals.aio_unary_task(attempt).add_done_callback(partial(self._unary_done, n, attempt))
+
+    def _unary_done(self, n: int, attempt, task: asyncio.Task) -> None:
+        if self._attempts.get(n) is not attempt:
+            return
+        response = None if task.cancelled() else task.result()
+        if response is not _EOF:
+            self._response = response
+        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
+
+    async def _read_response(self, attempt) -> None:
+        peek, self._peek = self._peek, None
+        if peek is not None:
+            response = await peek
+        elif isinstance(attempt, grpc.aio.UnaryStreamCall):  # a hedged unary call: the shape that shows headers
+            response = await _read(attempt)
+        else:
+            response = await internals.aio_unary_task(attempt)
+        if response is not _EOF:
+            self._response = response
 
     def __await__(self):
         return self._result().__await__()
 
-    async def _result(self):
-        await self._settle()
+    async def _result(self) -> Any:
+        if not self._done:
+            try:
+                await self._until_done()
+            except asyncio.CancelledError:
+                self.cancel()  # as grpc.aio: cancelling the task that awaits the call cancels the call
+                raise
         self._raise_if_failed()
         return self._response
 
-    async def _drive(self):
-        self._driving = True
-        core = self._core
-        try:
-            while not self._done:
-                attempt = self._attempt
-                try:
-                    if attempt is None:
-                        await self._begin_or_fail()
-                        continue
-                    try:
-                        response = await attempt
-                    except AioRpcError as error:
-                        if self._done:
-                            break
-                        started = await self._transparent(error.code(), error.details())
-                        if started:
-                            continue
-                        if started is None:
-                            self._finish_from_error(error)
-                            break
-                        # A unary attempt's headers arrive with its status. Metadata in them means the
-                        # server sent real headers (committed); none is taken for Trailers-Only (README).
-                        if error.initial_metadata():
-                            core.on_headers()
-                        if core.on_status(error.code().value[0], error.trailing_metadata(), monotonic()) == RETRY:
-                            await self._backoff()
-                            if await self._begin() is None:
-                                self._finish_from_error(error)
-                            continue
-                        self._finish_from_error(error)
-                        break
-                except asyncio.CancelledError:
-                    self._on_driver_cancelled()
-                    raise
-                core.on_status(0, None, 0.0)
-                await self._finish_response(attempt, response)
-        finally:
-            self._driving = False
-            self._wake_waiters()
 
-    async def _finish_response(self, attempt, response) -> None:
-        """End the call with `attempt`'s response, deserialized here, once."""
-        if self._deserializer is not None:
-            try:
-                response = self._deserializer(response)
-            except Exception:
-                log.exception("response deserializer failed")
-                self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-                return
-        self._response = response
-        await self._finish_ok(attempt)
-
-
-class _UnaryRequest:
-    """Mixin for calls with one request: its bytes go to every attempt."""
+class _StreamResponse(_Call):
+    """Calls with a response stream (unary-stream, stream-stream): once committed, reads go straight to the
+    winning attempt; before that, a reader reads ahead on the attempt in flight, and its first message commits."""
 
     __slots__ = ()
 
-    def _init_request(self, request: Optional[bytes]) -> None:
-        self._request = request
-        if request is None:  # the serializer raised: fail this call only
-            self._finish_local(grpc.StatusCode.INTERNAL, "Exception serializing request!")
-            return
-        self._core.add_message(request)
-        self._core.close_send()
-        self._first_attempt()
+    def _follow(self, n: int, attempt) -> None:
+        attempt.add_done_callback(partial(self._stream_done, n))
 
-    def _start_attempt(self) -> int:
-        attempt = self._next_attempt()
-        if attempt.__class__ is int:
-            return attempt
-        multicallable, metadata, timeout = attempt
-        self._attempt = multicallable(
-            self._request, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._grpc_wfr, compression=self._compression)
-        return _STARTED
-
-
-class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _base_call.UnaryUnaryCall):
-    __slots__ = ("_request",)
-
-    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
-                 compression, deserializer):
-        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
-                         deserializer)
-        self._response = None
-        self._init_request(request)
-
-
-class _StreamResponse(_RetryingCall):
-    """Calls with a response stream (unary-stream, stream-stream): commit, then proxy reads."""
-
-    __slots__ = ("_peeked",)
-
-    async def _settle_headers(self):
-        while not self._done and not self._answered:
-            if self._driving:
-                await self._wait_driver()
-            else:
-                await self._drive()
-
-    async def _drive(self):
-        """Run attempts until one commits or the call ends. An attempt commits with its first response
-        message, or with headers that carry metadata; one that ends before either is taken as Trailers-Only
-        (grpcio cannot tell an empty header frame apart, and timing would be a guess)."""
-        self._driving = True
-        core = self._core
-        try:
-            while not self._done and not self._answered:
-                attempt = self._attempt
-                try:
-                    if attempt is None:
-                        await self._begin_or_fail()
-                        continue
-                    try:
-                        message = await attempt.read()
-                    except AioRpcError:
-                        message = _EOF
-                    if self._done:
-                        break
-                    if message is not _EOF:
-                        self._peeked = message
-                        self._answered = True
-                        core.on_headers()
-                        break
-                    if await attempt.initial_metadata():
-                        self._answered = True
-                        core.on_headers()
-                        break
-                    code = await attempt.code()
-                    if code != grpc.StatusCode.OK:
-                        started = await self._transparent(code, await attempt.details())
-                        if started:
-                            continue
-                        if started is None:
-                            await self._finish_attempt(attempt)
-                            break
-                    trailing = await attempt.trailing_metadata()
-                    if core.on_status(code.value[0], trailing, monotonic()) == RETRY:
-                        await self._backoff()
-                        if await self._begin() is None:
-                            await self._finish_attempt(attempt)
-                        continue
-                    await self._finish_attempt(attempt)
-                except asyncio.CancelledError:
-                    self._on_driver_cancelled()
-                    raise
-        finally:
-            self._driving = False
-            self._wake_waiters()
-
-    async def _drain_status(self):
-        attempt = self._attempt
-        try:
-            await attempt.code()
-        except asyncio.CancelledError:
-            self._on_driver_cancelled()
-            raise
-        if not self._done:
-            await self._finish_attempt(attempt)
-
-    def _account(self, code: grpc.StatusCode, trailing) -> None:
-        """The committed attempt ended: the throttle counts it, as every call's end (A6 "Throttling")."""
-        self._core.on_status(code.value[0], trailing, monotonic())
-
-    async def _finish_attempt(self, attempt):
-        code = await attempt.code()
-        self._account(code, await attempt.trailing_metadata())
-        if code == grpc.StatusCode.OK:
-            await self._finish_ok(attempt)
-        else:
-            self._finish_from_error(AioRpcError(
-                code, await attempt.initial_metadata(), await attempt.trailing_metadata(),
-                await attempt.details(), await attempt.debug_error_string()))
-
-    async def _settle(self):
-        # The end of a streaming call is the end of its committed attempt.
-        while not self._done:
-            if self._driving:
-                await self._wait_driver()
-            elif not self._answered:
-                await self._drive()
-            else:
-                await self._drain_status()
+    def _stream_done(self, n: int, attempt) -> None:
+        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def read(self) -> Any:
-        if not self._done and not self._answered:
-            await self._settle_headers()
-        if self._done:
-            self._raise_if_failed()
-            return _EOF
-        attempt = self._attempt
-        message = self._peeked
+        message = _EOF
         try:
-            if message is None:
-                message = await attempt.read()
-            else:
-                self._peeked = None
-        except AioRpcError as error:
-            if not self._done:
-                self._account(error.code(), error.trailing_metadata())
-                self._finish_from_error(error)
-            self._raise_if_failed()
-            raise
+            while not self._done:
+                n = self._winner
+                if n < 0:
+                    n = self._current
+                    if self._hedged or n < 0:
+                        await self._next_change()
+                        continue
+                attempt = self._attempts.get(n)
+                if attempt is None:
+                    await self._next_change()
+                    continue
+                peek, self._peek = self._peek, None
+                message = await (_read(attempt) if peek is None else peek)
+                if message is not _EOF:
+                    if self._winner != n and self._attempts.get(n) is attempt:
+                        self._act(self._machine.message(n, monotonic()))
+                    break
+                if self._attempts.get(n) is attempt:
+                    await self._next_change()  # it ended: its status is on its way to the machine
+                # The machine has its status: it retried, or ended the call.
         except asyncio.CancelledError:
-            self._on_driver_cancelled()
+            self.cancel()
             raise
         if message is _EOF:
-            if not self._done:
-                await self._finish_attempt(attempt)
             self._raise_if_failed()
             return _EOF
-        if self._deserializer is not None:
-            try:
-                return self._deserializer(message)
-            except Exception:
-                log.exception("response deserializer failed")
-                self._finish_local(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-                self._raise_if_failed()
-        return message
+        deserializer = self._method.deserializer
+        if deserializer is None:
+            return message
+        try:
+            return deserializer(message)
+        except Exception:
+            log.exception("response deserializer failed")
+            self._cancel("Exception deserializing response!", 13)
+            self._raise_if_failed()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
 
-    async def _iterate(self):
+    async def _iterate(self) -> AsyncIterator[Any]:
         while True:
             message = await self.read()
             if message is _EOF:
                 return
             yield message
 
-
-class UnaryStreamCall(_UnaryRequest, _StreamResponse, _base_call.UnaryStreamCall):
-    __slots__ = ("_request",)
-
-    def __init__(self, state, multicallable, core, request: bytes, metadata, credentials, wait_for_ready,
-                 compression, deserializer):
-        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
-                         deserializer)
-        self._peeked = None
-        self._init_request(request)
-
-
-async def _send(attempt, data: bytes) -> bool:
-    """Write bytes to a streaming attempt; False once it has ended. Not grpc.aio's write(): when a send fails
-    because the server just ended the stream, write() overwrites the attempt's status with INTERNAL, hiding
-    the (maybe retryable) status the server sent. Here the attempt keeps the status the server gave it."""
-    if attempt.done():
-        return False
-    metadata_sent = attempt._metadata_sent
-    if not metadata_sent.is_set():
-        await metadata_sent.wait()
-        if attempt.done():
-            return False
-    try:
-        await attempt._cython_call.send_serialized_message(data)
-    except cygrpc.InternalError:
-        return False
-    return True
+    async def initial_metadata(self) -> Optional[Metadata]:
+        # As grpc.aio: as soon as the headers come. The application then has seen the attempt: it commits.
+        while not self._done:
+            n = self._winner if self._winner >= 0 else (-1 if self._hedged else self._current)
+            attempt = self._attempts.get(n)
+            if attempt is None:
+                await self._next_change()
+                continue
+            if self._winner != n:
+                await self._first_answer(n, attempt)
+            if self._winner == n:
+                return await attempt.initial_metadata()
+            if self._attempts.get(n) is attempt:
+                await self._next_change()  # it ended: its status is on its way to the machine
+        return Metadata.from_tuple(self._initial)
 
 
-class _StreamRequest:
-    """Mixin for calls with a request stream: the application's messages go through the core's replay
-    buffer; each attempt has a writer that replays what is buffered, then follows new messages."""
+class _StreamRequest(_Call):
+    """Calls with a request stream: the application's messages go to the machine, which writes them to every
+    live attempt, one at a time, and replays them to each new one."""
 
     __slots__ = ()
 
-    def _init_requests(self, request_iterator, serializer):
+    def _init_requests(self, request_iterator, serializer) -> None:
         self._serializer = serializer
-        self._more = asyncio.Event()
         self._iterator_given = request_iterator is not None
         self._consumer = None
-        self._writer = None
+        self._half_closed = False
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
 
-    def _start_attempt(self) -> int:
-        attempt = self._next_attempt()
-        if attempt.__class__ is int:
-            return attempt
-        multicallable, metadata, timeout = attempt
-        if self._writer is not None:
-            self._writer.cancel()
-        attempt = self._attempt = multicallable(
-            None, timeout=timeout, metadata=metadata, credentials=self._credentials,
-            wait_for_ready=self._grpc_wfr, compression=self._compression)
-        self._writer = self._loop.create_task(self._write_attempt(attempt))
-        return _STARTED
-
-    async def _write_attempt(self, attempt, hedge: int = -1):
-        """Replay what the call has buffered to `attempt`, then follow new messages. A hedge (index >= 0)
-        reports how far it got, for the core to choose the winner if the buffer overflows."""
-        core = self._core
-        sent = 0
-        try:
-            while True:
-                replay = core.replay
-                index = sent - core.replay_base
-                if index < len(replay):
-                    if not await _send(attempt, replay[index]):
-                        return
-                    sent += 1
-                    if hedge >= 0:
-                        core.on_sent(hedge, sent)
-                        if core.committed and hedge == core.winner:
-                            core.trim_sent(sent)
-                    elif core.committed:
-                        core.trim_sent(sent)
-                    continue
-                if core.half_closed:
-                    await attempt.done_writing()
-                    return
-                self._more.clear()
-                await self._more.wait()
-        except (asyncio.CancelledError, asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
-            return  # the attempt ended; its status decides what happens next
-
     def _queue(self, message) -> None:
-        if self._done:
-            return
         try:
             data = self._serializer(message) if self._serializer is not None else message
         except Exception:
             log.exception("request serializer failed")
-            self._fail_requests(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+            self._cancel("Exception serializing request!", 13)
             return
-        self._core.add_message(data)
-        self._more.set()
+        self._act(self._machine.send_message(data, monotonic()))
 
     def _close_requests(self) -> None:
-        self._core.close_send()
-        self._more.set()
+        self._half_closed = True
+        if not self._done:
+            self._act(self._machine.half_close(monotonic()))
 
-    def _fail_requests(self, code, details):
-        self._finish_local(code, details)
-        if self._writer is not None:
-            self._writer.cancel()
-
-    async def _consume(self, request_iterator):
+    async def _consume(self, request_iterator) -> None:
         try:
             if hasattr(request_iterator, "__aiter__"):
                 async for message in request_iterator:
-                    self._queue(message)
                     if self._done:
                         return
+                    self._queue(message)
             else:
                 for message in request_iterator:
-                    self._queue(message)
                     if self._done:
                         return
+                    self._queue(message)
         except asyncio.CancelledError:
             return
         except Exception:
             log.exception("request iterator failed")
-            self._fail_requests(grpc.StatusCode.UNKNOWN, "Exception iterating requests!")
+            self._cancel("Exception iterating requests!", 2)
             return
-        self._close_requests()
+        if not self._done:
+            self._close_requests()
 
     async def write(self, request) -> None:
         if self._iterator_given:
             raise grpc.aio.UsageError("write() is not allowed with a request iterator")
-        if self._core.half_closed:
+        if self._half_closed:
             raise grpc.aio.UsageError("write() after done_writing()")
         if self._done:
             self._raise_if_failed()
@@ -743,42 +590,58 @@ class _StreamRequest:
     async def done_writing(self) -> None:
         if self._iterator_given:
             raise grpc.aio.UsageError("done_writing() is not allowed with a request iterator")
-        if not self._core.half_closed:
+        if not self._half_closed:
             self._close_requests()
 
-    def _stop_requests(self):
-        for task in (self._consumer, self._writer):
-            if task is not None and not task.done():
-                task.cancel()
+    def _stop_tasks(self) -> None:
+        super()._stop_tasks()
+        consumer = self._consumer
+        if consumer is not None and not consumer.done() and consumer is not asyncio.current_task():
+            consumer.cancel()
+
+
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed")
+
+
+class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
+    __slots__ = ()
+
+    def __init__(self, method, machine, request: Optional[bytes], metadata, credentials, wait_for_ready,
+                 compression):
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
+        if request is None:  # the serializer raised: fail this call only
+            self._cancel("Exception serializing request!", 13)
+        else:
+            self._begin()
+
+
+class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
+    __slots__ = ()
+
+    def __init__(self, method, machine, request: Optional[bytes], metadata, credentials, wait_for_ready,
+                 compression):
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
+        if request is None:
+            self._cancel("Exception serializing request!", 13)
+        else:
+            self._begin()
 
 
 class StreamUnaryCall(_StreamRequest, _UnaryResponse, _base_call.StreamUnaryCall):
-    __slots__ = ("_serializer", "_more", "_iterator_given", "_consumer", "_writer")
+    __slots__ = _STREAM_REQUEST_SLOTS
 
-    def __init__(self, state, multicallable, core, request_iterator, serializer, metadata, credentials,
-                 wait_for_ready, compression, deserializer):
-        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
-                         deserializer)
-        self._response = None
+    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
+                 compression):
+        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._init_requests(request_iterator, serializer)
-        self._first_attempt()
-
-    def _finish(self, *args):
-        super()._finish(*args)
-        self._stop_requests()
+        self._begin()
 
 
 class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamCall):
-    __slots__ = ("_serializer", "_more", "_iterator_given", "_consumer", "_writer")
+    __slots__ = _STREAM_REQUEST_SLOTS
 
-    def __init__(self, state, multicallable, core, request_iterator, serializer, metadata, credentials,
-                 wait_for_ready, compression, deserializer):
-        super().__init__(state, multicallable, core, metadata, credentials, wait_for_ready, compression,
-                         deserializer)
-        self._peeked = None
+    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
+                 compression):
+        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._init_requests(request_iterator, serializer)
-        self._first_attempt()
-
-    def _finish(self, *args):
-        super()._finish(*args)
-        self._stop_requests()
+        self._begin()

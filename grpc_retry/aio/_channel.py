@@ -23,10 +23,10 @@ from grpc.aio._interceptor import (
 )
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import HedgingCall, RetryCall
+from grpc_retry._core import CallMachine
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import AioSubchannels
-from grpc_retry.aio import _call, _hedging
+from grpc_retry.aio import _call
 
 log = logging.getLogger("grpc_retry")
 
@@ -36,18 +36,19 @@ _INF = math.inf
 class _MultiCallable:
     """One method of the channel: resolves its policy once, then makes calls."""
 
-    __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy",
-                 "_interceptors", "_kind", "subchannels", "_calls")
+    __slots__ = ("_channel", "_state", "_method", "_serializer", "deserializer", "_inner", "_policy",
+                 "_interceptors", "_attempt_kind", "subchannels")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
         self._channel = channel
         self._state = channel._state
         self._method = method
         self._serializer = serializer
-        self._deserializer = deserializer
+        self.deserializer = deserializer
         self._policy = self._state.policy(method)
-        self._calls = _hedging if self._policy.hedging else _call  # the call classes: hedged or retried
-        self._kind = kind
+        # A hedged unary call needs to see each attempt's response headers before its response (they commit
+        # it): grpc.aio's unary-unary shape delivers both at once, its unary-stream shape does not.
+        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
         self._inner: list = []
         self.subchannels = channel._subchannels
         self._interceptors = interceptors
@@ -64,24 +65,22 @@ class _MultiCallable:
         else:
             inner.extend([None] * (index + 1 - len(inner)))
         # New, or the address came back (re-resolution) on a new grpcio channel.
-        multicallable = getattr(channel, self._kind)(self._method)
+        multicallable = getattr(channel, self._attempt_kind)(self._method)
         inner[index] = (channel, multicallable)
         return multicallable
 
-    def _core(self, timeout: Optional[float]) -> RetryCall:
+    def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool) -> CallMachine:
         state = self._state
         policy = self._policy
         limit = policy.timeout
         if timeout is not None and timeout < limit:
             limit = timeout
-        deadline = _INF if limit == _INF else monotonic() + limit
-        if policy.hedging:
-            return HedgingCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline)
-        return RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline, state.rng,
-                         state.options.enable_retries)
-
-    def _wait_for_ready(self, wait_for_ready):
-        return self._policy.wait_for_ready if wait_for_ready is None else wait_for_ready
+        if wait_for_ready is None:
+            wait_for_ready = policy.wait_for_ready
+        options = state.options
+        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
+                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
+                           bool(wait_for_ready), unary_request)
 
     def _serialize(self, request):
         """The request's bytes, or None if the serializer failed (the call then fails INTERNAL)."""
@@ -105,10 +104,8 @@ class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCalla
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = self._calls.UnaryUnaryCall(self._state, self, self._core(timeout), self._serialize(request),
-                                    metadata, credentials,
-                                    self._wait_for_ready(wait_for_ready), compression, self._deserializer)
-        return call
+        return _call.UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+                                    metadata, credentials, wait_for_ready, compression)
 
 
 class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCallable):
@@ -122,10 +119,8 @@ class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCal
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        call = self._calls.UnaryStreamCall(self._state, self, self._core(timeout), self._serialize(request),
-                                    metadata, credentials,
-                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
-        return call
+        return _call.UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+                                     metadata, credentials, wait_for_ready, compression)
 
 
 class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCallable):
@@ -139,9 +134,8 @@ class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCal
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return self._calls.StreamUnaryCall(self._state, self, self._core(timeout), request_iterator,
-                                     self._serializer, metadata, credentials,
-                                     self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+        return _call.StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+                                     self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
 class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiCallable):
@@ -155,9 +149,8 @@ class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiC
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
     def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
-        return self._calls.StreamStreamCall(self._state, self, self._core(timeout), request_iterator,
-                                      self._serializer, metadata, credentials,
-                                      self._wait_for_ready(wait_for_ready), compression, self._deserializer)
+        return _call.StreamStreamCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+                                      self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
 # -- client interceptors ---------------------------------------------------------------------------------

@@ -203,7 +203,7 @@ async def _cancel_all(calls):
 
 
 async def _count_sleeping(calls):
-    return sum(1 for call in calls if call._sleep is not None)
+    return sum(1 for call in calls if call._machine.state_name == "BACKOFF")
 
 
 def _wait_until(predicate, timeout):

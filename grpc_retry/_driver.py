@@ -1,0 +1,98 @@
+"""What the two drivers share: performing the call machine's actions, attempt metadata, and the texts of the
+statuses grpc_retry ends a call with. A driver subclasses CallDriver and supplies the I/O of each action."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence, Tuple
+
+import grpc
+
+from grpc_retry._core import CANCEL, COMMIT, DELIVER, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE
+
+log = logging.getLogger("grpc_retry")
+
+PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
+CANCELLED_DETAILS = "Locally cancelled by application!"
+DEADLINE_DETAILS = "Deadline Exceeded"
+CLOSED_DETAILS = "Channel closed!"
+INF = float("inf")
+
+STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+MetadataPairs = Tuple[Tuple[str, Any], ...]
+
+
+def attempt_metadata(metadata: MetadataPairs, previous: int) -> MetadataPairs:
+    """The metadata of an attempt with `previous` counted attempts before it (A6 "Exposed Retry Metadata")."""
+    return metadata if previous == 0 else metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
+
+
+def trailing_with_attempts(trailing: Optional[Sequence[Tuple[str, Any]]], previous: int) -> MetadataPairs:
+    """The trailing metadata the application gets: the attempt's, plus how many attempts came before it."""
+    return tuple(trailing or ()) + ((PREVIOUS_ATTEMPTS, str(previous)),)
+
+
+class CallDriver:
+    """Performs the machine's actions in order. The handlers are the driver's I/O."""
+
+    __slots__ = ()
+
+    def _act(self, actions: list) -> None:
+        for action in actions:
+            kind = action[0]
+            if kind == START:
+                self._start(action[1], action[2], action[3])
+            elif kind == WRITE:
+                self._write(action[1], action[3])
+            elif kind == HALF_CLOSE:
+                self._half_close(action[1])
+            elif kind == CANCEL:
+                self._cancel_attempt(action[1])
+            elif kind == COMMIT:
+                self._commit(action[1])
+            elif kind == TIMER:
+                self._arm(action[1])
+            elif kind == WAIT:
+                self._wait(action[1])
+            elif kind == UNWAIT:
+                self._unwait()
+            elif kind == DELIVER:
+                self._deliver(action[1])
+            else:
+                self._end(action[1])
+
+    def _start(self, n: int, address: int, previous: int) -> None:
+        raise NotImplementedError
+
+    def _write(self, n: int, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _half_close(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _cancel_attempt(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _commit(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _arm(self, at: float) -> None:
+        raise NotImplementedError
+
+    def _wait(self, generation: int) -> None:
+        raise NotImplementedError
+
+    def _unwait(self) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _end(self, code: int) -> None:
+        raise NotImplementedError
+
+
+def trace_attempt(call: object, n: int, previous: int, address: str) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("call %x: attempt %d (previous %d) on %s", id(call), n, previous, address)

@@ -1,0 +1,78 @@
+"""Every use of grpcio's private internals, in one place: what the drivers need to know of an attempt without
+blocking or waiting for a coroutine, and which grpcio's public API does not tell.
+
+asyncio: grpc.aio runs a call's done callbacks inside the coroutine that sets its status, before a unary response
+is returned; so a unary attempt's end is watched on its invocation task, and its status read from the Cython
+call. Sync: a done callback runs on grpcio's own thread, where `initial_metadata()` can block that thread for
+good (the headers it waits for are delivered by that very thread); so the driver peeks at the call's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Tuple
+
+from grpc._cython import cygrpc
+
+EOF = cygrpc.EOF
+
+
+# -- asyncio ---------------------------------------------------------------------------------------------------
+
+
+def aio_unary_task(attempt: Any) -> asyncio.Task[Any]:
+    """The task that ends with a unary-response attempt's response (bytes) or EOF."""
+    return attempt._call_response
+
+
+def aio_status(attempt: Any) -> Optional[Any]:
+    """An ended attempt's status (code(), details(), trailing_metadata(), debug_error_string()), or None."""
+    return attempt._cython_call._status
+
+
+def aio_initial_metadata(attempt: Any) -> Tuple[Tuple[str, Any], ...]:
+    return attempt._cython_call._initial_metadata or ()
+
+
+def aio_locally_cancelled(attempt: Any) -> bool:
+    return attempt._cython_call.is_locally_cancelled()
+
+
+async def aio_send(attempt: Any, data: bytes) -> bool:
+    """Write bytes to a streaming attempt; False once it has ended. Not grpc.aio's write(): when a send fails
+    because the server just ended the stream, write() overwrites the attempt's status with INTERNAL, hiding the
+    (maybe retryable) status the server sent. Here the attempt keeps the status the server gave it."""
+    if attempt.done():
+        return False
+    metadata_sent = attempt._metadata_sent
+    if not metadata_sent.is_set():
+        await metadata_sent.wait()
+        if attempt.done():
+            return False
+    try:
+        await attempt._cython_call.send_serialized_message(data)
+    except cygrpc.InternalError:
+        return False
+    return True
+
+
+async def aio_half_close(attempt: Any) -> None:
+    if attempt.done():
+        return
+    metadata_sent = attempt._metadata_sent
+    if not metadata_sent.is_set():
+        await metadata_sent.wait()
+        if attempt.done():
+            return
+    try:
+        await attempt._cython_call.send_receive_close()
+    except cygrpc.InternalError:
+        pass
+
+
+# -- sync ------------------------------------------------------------------------------------------------------
+
+
+def sync_initial_metadata(rendezvous: Any) -> Tuple[Tuple[str, Any], ...]:
+    """The headers a sync attempt has received so far, without blocking (None yet: empty)."""
+    return rendezvous._state.initial_metadata or ()
