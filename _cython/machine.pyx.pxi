@@ -283,7 +283,7 @@ cdef class CallMachine:
         retryable = code != STATUS_OK and code < 32 and (self.policy.retryable_mask >> code) & 1
         pushback = parse_pushback(trailing_metadata) if code != STATUS_OK else PUSHBACK_NONE
         stop = pushback == PUSHBACK_STOP
-        if self.throttle is not None:
+        if self.throttle is not None and self.max_attempts > 1:  # calls that may not retry do not count
             if code == STATUS_OK:
                 self.throttle.record_success()
             elif retryable or stop:
@@ -349,6 +349,14 @@ cdef class CallMachine:
     cpdef int previous(self, int n):
         """Attempt n's grpc-previous-rpc-attempts (the count the application's trailing metadata carries)."""
         return (<_Attempt>self._attempts[n]).previous
+
+    cpdef bint wants_message(self, int n):
+        """Whether attempt n has written everything it was given and waits for the application's next message."""
+        cdef _Attempt a
+        if self.state == DONE or self.half_closed or n < 0 or n >= len(self._attempts):
+            return False
+        a = <_Attempt>self._attempts[n]
+        return a.live and not a.writing and not a.closing and a.sent == self.total
 
     cpdef int address(self, int n):
         return (<_Attempt>self._attempts[n]).address

@@ -7,13 +7,13 @@ from grpc_retry._config import ServiceConfigError
 __all__ = ["ServiceConfigError", "insecure_channel", "secure_channel"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from grpc_retry._sync import insecure_channel, secure_channel
+    from grpc_retry.sync import insecure_channel, secure_channel
 
 
 def __getattr__(name: str) -> Any:
     # The channels pull in the compiled core; keep `import grpc_retry` light and lazy.
     if name in ("insecure_channel", "secure_channel"):
-        from grpc_retry import _sync
+        from grpc_retry import sync
 
-        return getattr(_sync, name)
+        return getattr(sync, name)
     raise AttributeError(f"module 'grpc_retry' has no attribute {name!r}")

@@ -73,6 +73,38 @@ async def aio_half_close(attempt: Any) -> None:
 # -- sync ------------------------------------------------------------------------------------------------------
 
 
-def sync_initial_metadata(rendezvous: Any) -> Tuple[Tuple[str, Any], ...]:
-    """The headers a sync attempt has received so far, without blocking (None yet: empty)."""
-    return rendezvous._state.initial_metadata or ()
+def sync_status(call: Any) -> Tuple[Any, Optional[str], tuple, Optional[str], tuple]:
+    """An ended sync attempt's (code, details, trailing metadata, debug error string, initial metadata), read
+    without blocking: grpcio's accessors each wait for their own field, and a call cancelled locally may never
+    get some of them (its debug string, say)."""
+    state = call._state
+    return (state.code, _decode(state.details), tuple(state.trailing_metadata or ()),
+            _decode(state.debug_error_string), tuple(state.initial_metadata or ()))
+
+
+def sync_wait_headers(call: Any) -> Tuple[tuple, bool]:
+    """Block (never on grpcio's own thread) until a sync attempt has its response headers or has ended:
+    (the headers so far, whether it has ended)."""
+    state = call._state
+    with state.condition:
+        while state.initial_metadata is None and state.code is None:
+            state.condition.wait()
+        return tuple(state.initial_metadata or ()), state.code is not None
+
+
+def sync_wait_end(call: Any) -> None:
+    state = call._state
+    with state.condition:
+        while state.code is None:
+            state.condition.wait()
+
+
+def sync_response(call: Any) -> Any:
+    """The response of a sync unary attempt that ended OK."""
+    return call._state.response
+
+
+def _decode(value: Any) -> Optional[str]:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value

@@ -1,5 +1,5 @@
 """grpc_retry's synchronous channels: grpc.Channel's interface over one grpcio channel per resolved address
-(C-core's own retries off in each), every attempt on the address the picker chose for it."""
+(C-core's own retries off in each), every attempt on the address the call machine picked for it."""
 
 from __future__ import annotations
 
@@ -11,93 +11,89 @@ from typing import Optional
 
 import grpc
 
-from grpc_retry import _sync_call as calls
-from grpc_retry import _sync_hedging as hedging
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import HedgingCall, RetryCall
+from grpc_retry._core import CallMachine
+from grpc_retry._driver import log
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import SyncSubchannels
+from grpc_retry.sync._call import BlockingCall, Call, StreamingCall, local_error
 
 _INF = math.inf
+_STREAMING_SHAPES = ("unary_stream", "stream_stream")
 
 
 class _MultiCallable:
-    __slots__ = ("_channel", "_state", "_method", "_serializer", "_deserializer", "_inner", "_policy", "_kind",
-                 "_subchannels", "_hedged")
+    """One method of the channel: resolves its policy once, then makes calls."""
+
+    __slots__ = ("_channel", "_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_kind",
+                 "_attempt_kind", "subchannels", "attempt_streams", "unary_response")
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
         self._channel = channel
         self._state = channel._state
         self._method = method
         self._serializer = serializer
-        self._deserializer = deserializer
+        self.deserializer = deserializer
         self._policy = self._state.policy(method)
-        self._hedged = self._policy.hedging
         self._kind = kind
-        self._subchannels = channel._subchannels
+        # A hedged unary call needs to see each attempt's response headers before its response (they commit
+        # it): grpcio's unary-unary shape delivers both at once, its unary-stream shape does not.
+        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
+        self.attempt_streams = self._attempt_kind in _STREAMING_SHAPES
+        self.unary_response = kind in ("unary_unary", "stream_unary")
+        self.subchannels = channel._subchannels
         self._inner: dict = {}  # address index -> (its grpcio channel, this method on it)
 
-    def _inner_on(self, index: int):
+    def inner(self, index: int):
         """This method on subchannel `index`. Attempts carry bytes: the application's (de)serializers run
         once per message, in grpc_retry, not once per attempt."""
-        channel = self._subchannels.channel(index)
+        channel = self.subchannels.channel(index)
         entry = self._inner.get(index)
         if entry is None or entry[0] is not channel:  # new, or the address came back on a new channel
-            entry = self._inner[index] = (channel, getattr(channel, self._kind)(self._method))
+            entry = self._inner[index] = (channel, getattr(channel, self._attempt_kind)(self._method))
         return entry[1]
 
-    def _attempts(self, timeout, metadata, credentials, wait_for_ready, compression) -> calls.Attempts:
+    def closed(self) -> bool:
+        return self._channel._closed
+
+    def _machine(self, timeout, wait_for_ready, unary_request: bool) -> CallMachine:
         state, policy = self._state, self._policy
         limit = policy.timeout
         if timeout is not None and timeout < limit:
             limit = timeout
-        deadline = _INF if limit == _INF else monotonic() + limit
-        if self._hedged:
-            core = HedgingCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline)
-        else:
-            core = RetryCall(policy, state.throttle, state.pool, state.options.per_rpc_buffer, deadline,
-                             state.rng, state.options.enable_retries)
         if wait_for_ready is None:
             wait_for_ready = policy.wait_for_ready
-        return calls.Attempts(core, self._subchannels, self._inner_on, metadata, credentials, wait_for_ready,
-                              compression, self._deserializer, self._channel._is_closed,
-                              state.options.enable_retries)
+        options = state.options
+        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
+                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
+                           bool(wait_for_ready), unary_request)
 
-    # The call objects, hedged or retried.
-
-    def _run_blocking(self, attempts: calls.Attempts, with_call: bool):
-        if self._hedged:
-            return hedging.blocking_call(hedging.HedgedCall(attempts, self._channel._calls, False), with_call)
-        return calls.blocking_call(attempts, with_call)
-
-    def _future(self, attempts: calls.Attempts):
-        if self._hedged:
-            return hedging.HedgedCall(attempts, self._channel._calls, False)
-        return calls.UnaryFuture(attempts, self._channel._calls)
-
-    def _streaming(self, attempts: calls.Attempts):
-        if self._hedged:
-            return hedging.HedgedCall(attempts, self._channel._calls, True)
-        return calls.StreamingCall(attempts, self._channel._calls)
-
-    def _unary_request(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        attempts = self._attempts(timeout, metadata, credentials, wait_for_ready, compression)
+    def _serialize(self, request) -> bytes:
+        if self._serializer is None:
+            return request
         try:
-            data = self._serializer(request) if self._serializer is not None else request
+            return self._serializer(request)
         except Exception:
-            calls.log.exception("request serializer failed")
-            attempts.core.finish()
-            raise calls.local_error(grpc.StatusCode.INTERNAL, "Exception serializing request!") from None
-        attempts.core.add_message(data)
-        attempts.core.close_send()
-        attempts.request = data
-        return attempts
+            log.exception("request serializer failed")
+            raise local_error(grpc.StatusCode.INTERNAL, "Exception serializing request!") from None
 
-    def _stream_request(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
-                        on_error):
-        attempts = self._attempts(timeout, metadata, credentials, wait_for_ready, compression)
-        attempts.requests = calls.RequestSource(request_iterator, self._serializer, attempts.core, on_error)
-        return attempts
+    def _call(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+        """The non-blocking call object (a future; for response streams, also the iterator)."""
+        machine = self._machine(timeout, wait_for_ready, request_iterator is None)
+        cls = Call if self.unary_response else StreamingCall
+        return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
+                   wait_for_ready, compression, self._channel._calls)
+
+    def _blocking(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
+                  with_call: bool):
+        if request_iterator is None and not self._policy.hedging:
+            # The hot path: attempts inline on the caller's thread, as grpcio's own blocking call.
+            machine = self._machine(timeout, wait_for_ready, True)
+            return BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression,
+                                False).run(with_call)
+        call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+        response = call.result()
+        return (response, call) if with_call else response
 
 
 class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
@@ -105,21 +101,21 @@ class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return self._run_blocking(attempts, with_call=False)
+        return self._blocking(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+                              compression, False)
 
     def with_call(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                   compression=None):
-        attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return self._run_blocking(attempts, with_call=True)
+        return self._blocking(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+                              compression, True)
 
     def future(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                compression=None):
         try:
-            attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
+            data = self._serialize(request)
         except grpc.RpcError as error:
             return error  # a frozen error is a finished grpc.Future too
-        return self._future(attempts)
+        return self._call(data, None, timeout, metadata, credentials, wait_for_ready, compression)
 
 
 class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
@@ -127,57 +123,26 @@ class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        attempts = self._unary_request(request, timeout, metadata, credentials, wait_for_ready, compression)
-        return self._streaming(attempts)
-
-
-class _StreamRequestErrors:
-    """Routes a request iterator's failure to the call object once it exists; blocking calls raise it."""
-
-    __slots__ = ("call", "error")
-
-    def __init__(self):
-        self.call = None
-        self.error = None
-
-    def __call__(self, code, details):
-        self.error = calls.local_error(code, details)
-        if self.call is not None:
-            self.call._fail_local(code, details)
+        return self._call(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+                          compression)
 
 
 class StreamUnaryMultiCallable(_MultiCallable, grpc.StreamUnaryMultiCallable):
     __slots__ = ()
 
-    def _blocking(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
-                  with_call):
-        errors = _StreamRequestErrors()
-        attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
-                                        compression, errors)
-        try:
-            return self._run_blocking(attempts, with_call)
-        except grpc.RpcError:
-            if errors.error is not None:
-                raise errors.error from None
-            raise
-
     def __call__(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        return self._blocking(request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
+        return self._blocking(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
                               False)
 
     def with_call(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                   compression=None):
-        return self._blocking(request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
+        return self._blocking(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
                               True)
 
     def future(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                compression=None):
-        errors = _StreamRequestErrors()
-        attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
-                                        compression, errors)
-        call = errors.call = self._future(attempts)
-        return call
+        return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
 class StreamStreamMultiCallable(_MultiCallable, grpc.StreamStreamMultiCallable):
@@ -185,11 +150,7 @@ class StreamStreamMultiCallable(_MultiCallable, grpc.StreamStreamMultiCallable):
 
     def __call__(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        errors = _StreamRequestErrors()
-        attempts = self._stream_request(request_iterator, timeout, metadata, credentials, wait_for_ready,
-                                        compression, errors)
-        call = errors.call = self._streaming(attempts)
-        return call
+        return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
 class Channel(grpc.Channel):
@@ -203,9 +164,6 @@ class Channel(grpc.Channel):
         self._calls_lock = threading.Lock()
         self._subscriptions: list = []
         self._closed = False
-
-    def _is_closed(self) -> bool:
-        return self._closed
 
     def unary_unary(self, method, request_serializer=None, response_deserializer=None,
                     _registered_method=False) -> UnaryUnaryMultiCallable:
@@ -247,7 +205,7 @@ class Channel(grpc.Channel):
         """End every call and timer this channel owns, then close the subchannels."""
         self._closed = True
         for call in list(self._calls):
-            call._fail_local(grpc.StatusCode.CANCELLED, "Channel closed!")
+            call.close_channel()
         with self._calls_lock:
             subscriptions, self._subscriptions = self._subscriptions, []
         for subscription in subscriptions:
@@ -294,7 +252,7 @@ class _Subscription:
             try:
                 self.callback(state)
             except Exception:
-                calls.log.exception("connectivity callback failed")
+                log.exception("connectivity callback failed")
 
 
 def insecure_channel(target: str, options: OptionsType = None,

@@ -1,0 +1,852 @@
+"""The synchronous driver: grpc's sync call objects over the call machine, whose attempts are plain grpc sync
+calls on subchannels, carrying bytes.
+
+One lock per call: events are decided under it, and the actions they bring are performed outside it, in order,
+by whichever thread brought them (grpc-java's RetriableStream shape). A blocking unary call runs its attempts
+inline on the caller's thread. Futures and response iterators progress on grpc's done callbacks, the shared timer
+thread and subchannel listeners; nothing here ever calls a grpcio method that can block from grpcio's own thread
+(an ended attempt's status is read from its state). A hedge's first answer needs a blocking read, so each hedge
+is watched from a small shared pool until it answers or ends; whoever reads a response stream reads the attempt.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+from time import monotonic
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
+
+import grpc
+
+from grpc_retry import _grpc_internals as internals
+from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
+from grpc_retry._driver import (
+    CANCELLED_DETAILS,
+    CLOSED_DETAILS,
+    DEADLINE_DETAILS,
+    INF,
+    STATUS_CODES,
+    CallDriver,
+    attempt_metadata,
+    log,
+    trace_attempt,
+    trailing_with_attempts,
+)
+from grpc_retry._timer import TIMERS
+
+_OK = grpc.StatusCode.OK
+_EOF = object()
+_HALF_CLOSE = object()
+# As the asyncio driver: silence this long after empty response headers means they were real headers, not a
+# Trailers-Only response whose status is a moment behind.
+HEADERS_GRACE = 0.05
+
+_watchers: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_watchers_lock = threading.Lock()
+
+
+def _watch_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _watchers
+    with _watchers_lock:
+        if _watchers is None:
+            _watchers = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="grpc_retry-hedge")
+        return _watchers
+
+
+class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
+    """A call's final non-OK status, frozen: what grpcio raises, with grpc_retry's trailing metadata."""
+
+    def __init__(self, code: grpc.StatusCode, details: Optional[str], initial=(), trailing=(),
+                 debug: Optional[str] = None):
+        super().__init__()
+        self._code, self._details, self._initial, self._trailing, self._debug = (
+            code, details, initial, trailing, debug)
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def initial_metadata(self):
+        return self._initial
+
+    def trailing_metadata(self):
+        return self._trailing
+
+    def debug_error_string(self):
+        return self._debug
+
+    def is_active(self):
+        return False
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def cancelled(self):
+        return self._code == grpc.StatusCode.CANCELLED
+
+    def running(self):
+        return False
+
+    def done(self):
+        return True
+
+    def result(self, timeout=None):
+        raise self
+
+    def exception(self, timeout=None):
+        return self
+
+    def traceback(self, timeout=None):
+        return None
+
+    def add_done_callback(self, fn):
+        fn(self)
+
+    def add_callback(self, callback):
+        return False
+
+    def __str__(self):
+        return (f"<{type(self).__name__} of RPC that terminated with:\n\tstatus = {self._code}\n"
+                f"\tdetails = \"{self._details}\"\n\tdebug_error_string = \"{self._debug}\"\n>")
+
+    __repr__ = __str__
+
+
+class FinishedCall(grpc.Call):
+    """The grpc.Call of a successful call whose trailing metadata grpc_retry extended."""
+
+    def __init__(self, attempt: grpc.Call, trailing):
+        self._attempt, self._trailing = attempt, trailing
+
+    def initial_metadata(self):
+        return self._attempt.initial_metadata()
+
+    def trailing_metadata(self):
+        return self._trailing
+
+    def code(self):
+        return _OK
+
+    def details(self):
+        return self._attempt.details()
+
+    def is_active(self):
+        return False
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def add_callback(self, callback):
+        return False
+
+
+def local_error(code: grpc.StatusCode, details: str) -> RpcError:
+    return RpcError(code, details, (), (), None)
+
+
+class _Attempts:
+    """How a call starts attempts and tells what ended it: shared by the blocking and the non-blocking call."""
+
+    __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr",
+                 "_error", "_response", "_final")
+
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
+                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+        self._machine = machine
+        self._method = method  # the channel's method: inner(address), subchannels, deserializer, closed()
+        self._request = request
+        self._metadata = tuple(metadata) if metadata else ()
+        self._credentials = credentials
+        self._compression = compression
+        # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
+        self._grpc_wfr = bool(wait_for_ready) and (
+            not machine.transparent_enabled or (stream_request and machine.committed))
+        self._error: Optional[grpc.RpcError] = None
+        self._response: Any = None
+        self._final: Any = None   # with OK: the attempt whose result the application gets
+
+    def _kwargs(self, n: int, address: int, previous: int) -> dict:
+        method = self._method
+        trace_attempt(self, n, previous, method.subchannels.addresses[address])
+        deadline = self._machine.deadline
+        return dict(timeout=None if deadline == INF else deadline - monotonic(),
+                    metadata=attempt_metadata(self._metadata, previous), credentials=self._credentials,
+                    wait_for_ready=self._grpc_wfr, compression=self._compression)
+
+    def _outcome(self, call: Any, previous: int, response: Any) -> None:
+        """The call ends with ended attempt `call`'s result."""
+        code, details, trailing, debug, initial = internals.sync_status(call)
+        if previous > 0:
+            trailing = trailing_with_attempts(trailing, previous)
+        if code is not _OK:
+            self._error = RpcError(code, details, initial, trailing, debug)
+            return
+        deserializer = self._method.deserializer
+        if response is not None and deserializer is not None:
+            try:
+                response = deserializer(response)
+            except Exception:
+                log.exception("response deserializer failed")
+                self._error = local_error(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+                return
+        self._response = response
+        self._final = call if previous == 0 else FinishedCall(call, trailing)
+
+    def _local(self, code: int, details: str) -> None:
+        status = STATUS_CODES[code]
+        if status is grpc.StatusCode.DEADLINE_EXCEEDED:
+            details = DEADLINE_DETAILS
+        elif status is grpc.StatusCode.UNAVAILABLE:
+            details = self._method.subchannels.unavailable_details()
+        self._error = local_error(status, details)
+
+
+class BlockingCall(_Attempts, CallDriver):
+    """A unary-unary call with no hedging, run inline on the caller's thread: each attempt is grpcio's own
+    blocking call; backoff and waits for a subchannel block this thread too."""
+
+    __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details")
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._next: Optional[tuple] = None
+        self._timer_at = INF
+        self._generation = -1
+        self._ended = False
+        self._last: Any = None
+        self._local_details = CANCELLED_DETAILS
+
+    def run(self, with_call: bool):
+        machine = self._machine
+        subchannels = self._method.subchannels
+        actions = machine.start(monotonic(), self._request)
+        while True:
+            self._act(actions)
+            if self._ended:
+                break
+            if self._next is not None:
+                actions = self._attempt(*self._next)
+                continue
+            now = monotonic()
+            subchannels.wait_change(None if self._timer_at == INF else max(self._timer_at - now, 0.0),
+                                    self._generation if self._generation >= 0 else None)
+            if self._method.closed():
+                self._local_details = CLOSED_DETAILS
+                actions = machine.cancel(1, monotonic())
+            elif self._generation >= 0 and subchannels.generation != self._generation:
+                self._generation = -1
+                actions = machine.subchannels_changed(monotonic())
+            elif monotonic() >= self._timer_at:
+                self._timer_at = INF
+                actions = machine.timer(monotonic())
+            else:
+                actions = []
+        if self._error is not None:
+            raise self._error
+        return (self._response, self._final) if with_call else self._response
+
+    def _attempt(self, n: int, address: int, previous: int) -> list:
+        self._next = None
+        try:
+            response, call = self._method.inner(address).with_call(self._request,
+                                                                   **self._kwargs(n, address, previous))
+        except grpc.RpcError as error:
+            call, response = error, None
+        self._last = call, response
+        code, details, trailing, _, initial = internals.sync_status(call)
+        return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
+
+    def _start(self, n: int, address: int, previous: int) -> None:
+        self._next = (n, address, previous)
+
+    def _arm(self, at: float) -> None:
+        self._timer_at = at
+
+    def _wait(self, generation: int) -> None:
+        self._generation = generation
+
+    def _unwait(self) -> None:
+        self._generation = -1
+
+    def _deliver(self, n: int) -> None:
+        call, response = self._last
+        self._outcome(call, self._machine.previous(n), response)
+        self._ended = True
+
+    def _end(self, code: int) -> None:
+        self._local(code, self._local_details)
+        self._ended = True
+
+    def _write(self, n: int, data: bytes) -> None:  # a unary request goes with its attempt
+        pass
+
+    def _half_close(self, n: int) -> None:
+        pass
+
+    def _commit(self, n: int) -> None:
+        pass
+
+    def _cancel_attempt(self, n: int) -> None:  # never: the one attempt has ended whenever the machine decides
+        pass
+
+
+class Call(_Attempts, CallDriver, grpc.Call, grpc.Future):
+    """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
+    the iterator (StreamingCall)."""
+
+    _stream_response = False
+
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator, serializer,
+                 metadata, credentials, wait_for_ready, compression, registry):
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                         request_iterator is not None)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # an attempt started, ended or won; the call ended
+        self._queue: Deque[tuple] = collections.deque()   # decided, not yet performed
+        self._draining = False
+        self._hedged = machine.hedging
+        self._live: Set[int] = set()          # attempts the machine counts as live
+        self._attempts: Dict[int, Any] = {}   # their grpcio calls, once started
+        self._last: Any = None                # the attempt whose status the machine heard last, and its response
+        self._responses: Dict[int, Any] = {}  # hedges of a unary call: a response read by the watcher
+        self._current = -1                    # the attempt in flight (not hedged): the one a reader reads ahead
+        self._peek: Any = None                # (n, first message of n), read before n won
+        self._reads: Set[int] = set()         # attempts whose first message is being read before they won
+        self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
+        self._timer: Any = None
+        self._timer_token = 0                 # bumped by each TIMER: a timer armed before is stale
+        self._wait_token = 0                  # bumped by each WAIT and UNWAIT: a listener from before is stale
+        self._listener: Optional[Callable[[], None]] = None
+        self._ending = False                  # the machine has decided the end
+        self._done = threading.Event()
+        self._local_details = CANCELLED_DETAILS
+        self._call_callbacks: List[Callable[[], None]] = []
+        self._done_callbacks: List[Callable[[Any], None]] = []
+        self._registry = registry
+        # request streams
+        self._requests = None if request_iterator is None else iter(request_iterator)
+        self._serializer = serializer
+        self._outboxes: Dict[int, Deque[Any]] = {}
+        self._pulling = False
+        self._exhausted = request_iterator is None
+        registry.add(self)
+        self._event(lambda: machine.start(monotonic(), request))
+
+    # -- events: decided under the lock, performed outside it --------------------------------------------------
+
+    def _event(self, decide: Callable[[], list], n: int = -1) -> None:
+        """Feed an event to the machine (`decide`, called under the lock), then perform what it decided, in
+        order, unless a thread is already at it. An event of attempt n (>= 0) is dropped once the machine no
+        longer counts n as live (cancelled, or its end already told)."""
+        with self._lock:
+            if self._ending or n >= 0 and n not in self._live:
+                return
+            self._note(decide())
+            if not self._claim_drain():
+                return
+        self._drain()
+
+    def _claim_drain(self) -> bool:
+        """(Under the lock.) Whether this thread performs the queued actions (no other thread is at it)."""
+        if self._draining:
+            return False
+        self._draining = True
+        return True
+
+    def _note(self, actions: list) -> None:
+        """What later events are checked against, noted as the machine decides (under the lock)."""
+        for action in actions:
+            kind = action[0]
+            if kind == START:
+                self._live.add(action[1])
+            elif kind == CANCEL:
+                self._live.discard(action[1])
+            elif kind == TIMER:
+                self._timer_token += 1
+            elif kind == WAIT or kind == UNWAIT:
+                self._wait_token += 1
+            elif kind == DELIVER or kind == END:
+                self._ending = True
+        self._queue.extend(actions)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                action = self._queue.popleft()
+            self._act((action,))
+
+    # -- actions (performed in order, outside the lock) ---------------------------------------------------------
+
+    def _start(self, n: int, address: int, previous: int) -> None:
+        with self._lock:
+            if n not in self._live:
+                return  # cancelled before it started
+            if self._requests is not None:
+                self._outboxes[n] = collections.deque()
+        method = self._method
+        inner = method.inner(address)
+        kwargs = self._kwargs(n, address, previous)
+        payload = self._request if self._requests is None else self._attempt_requests(n)
+        call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
+        with self._lock:
+            self._attempts[n] = call
+            if not self._hedged:
+                self._current = n
+            self._changed.notify_all()
+        if self._hedged:
+            _watch_pool().submit(self._watch, n, call)
+            if method.unary_response:
+                return  # its watcher reports its end, once it has its response
+        if not call.add_callback(lambda: self._ended(n, call)):
+            self._ended(n, call)
+
+    def _write(self, n: int, data: bytes) -> None:
+        self._to_outbox(n, data)
+
+    def _half_close(self, n: int) -> None:
+        self._to_outbox(n, _HALF_CLOSE)
+
+    def _to_outbox(self, n: int, item: Any) -> None:
+        with self._lock:
+            outbox = self._outboxes.get(n)
+            if outbox is not None:
+                outbox.append(item)
+                self._changed.notify_all()
+
+    def _cancel_attempt(self, n: int) -> None:
+        with self._lock:
+            call = self._attempts.pop(n, None)
+            self._outboxes.pop(n, None)
+            self._responses.pop(n, None)
+            if self._current == n:
+                self._current = -1
+            self._changed.notify_all()
+        if call is not None:
+            call.cancel()
+
+    def _commit(self, n: int) -> None:
+        with self._lock:
+            self._changed.notify_all()  # readers waiting for a winner
+
+    def _arm(self, at: float) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+            token = self._timer_token
+        if timer is not None:
+            timer.cancel()
+        if at != INF:
+            timer = TIMERS.schedule(at - monotonic(), lambda: self._on_timer(token))
+            with self._lock:
+                if self._timer_token == token and not self._ending:
+                    self._timer = timer
+                    return
+            timer.cancel()
+
+    def _on_timer(self, token: int) -> None:
+        with self._lock:
+            if self._timer_token != token:
+                return
+            self._timer = None
+        self._event(lambda: self._machine.timer(monotonic()) if self._timer_token == token else [])
+
+    def _wait(self, generation: int) -> None:
+        token = self._wait_token
+
+        def listener() -> None:
+            self._event(lambda: self._machine.subchannels_changed(monotonic()) if self._wait_token == token
+                        else [])
+
+        self._listener = listener
+        if not self._method.subchannels.when_changed(generation, listener):
+            TIMERS.schedule(0.0, listener)  # they changed while the machine looked: not on this thread's stack
+
+    def _unwait(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            self._method.subchannels.remove_listener(listener)
+
+    def _deliver(self, n: int) -> None:
+        call, response = self._last
+        self._outcome(call, self._machine.previous(n), response)
+        self._finish()
+
+    def _end(self, code: int) -> None:
+        self._local(code, self._local_details)
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+            self._outboxes.clear()
+            self._done.set()
+            self._changed.notify_all()
+            call_callbacks, self._call_callbacks = self._call_callbacks, []
+            done_callbacks, self._done_callbacks = self._done_callbacks, []
+        if timer is not None:
+            timer.cancel()
+        self._unwait()
+        self._registry.discard(self)
+        for callback in call_callbacks:
+            _run_callback(callback)
+        for callback in done_callbacks:
+            _run_callback(callback, self)
+
+    # -- what the attempts report -------------------------------------------------------------------------------
+
+    def _ended(self, n: int, call: Any) -> None:
+        """Attempt n ended (grpcio's callback, or its watcher): its status goes to the machine — after the first
+        message, if a thread is reading that one: the message came first, and commits."""
+        self._event(lambda: self._status(n, call), n)
+
+    def _status(self, n: int, call: Any) -> list:
+        """(Under the lock.) Attempt n's status, read without blocking, for the machine."""
+        if n in self._reads:
+            self._deferred[n] = call
+            return []
+        code, details, trailing, _, initial = internals.sync_status(call)
+        self._live.discard(n)
+        self._attempts.pop(n, None)
+        self._outboxes.pop(n, None)
+        if self._current == n:
+            self._current = -1
+        response = self._responses.pop(n, None)
+        if response is None and code is _OK and self._method.unary_response:
+            response = internals.sync_response(call)
+        self._last = call, response
+        self._changed.notify_all()
+        return self._machine.status(n, code.value[0], details, trailing, monotonic(),
+                                    bool(initial) and code is not _OK and not self._hedged)
+
+    def _watch(self, n: int, call: Any) -> None:
+        """A hedge, on the watch pool: report its first answer (headers, or a message), which commits the call;
+        a unary response's winner then reads its response, and reports its end."""
+        try:
+            message = self._first_answer(n, call)
+            if self._method.unary_response:
+                if self._method.attempt_streams:  # a unary call in the shape that shows its headers first
+                    with self._lock:
+                        read = self._machine.winner == n and n in self._live
+                    if read:
+                        if message is None:
+                            message = _read(call)
+                        if message is not _EOF:
+                            with self._lock:
+                                self._responses[n] = message
+                internals.sync_wait_end(call)
+                self._ended(n, call)
+        except Exception:  # never let a watcher die silently: the call would hang
+            log.exception("grpc_retry hedge watcher failed")
+            self._fail(grpc.StatusCode.INTERNAL, "grpc_retry hedge watcher failed")
+
+    def _first_answer(self, n: int, call: Any) -> Any:
+        """Block until attempt n answers or ends; tell the machine when it answers. Returns the first message if
+        this read it (None if not)."""
+        metadata, ended = internals.sync_wait_headers(call)
+        with self._lock:
+            if ended or self._machine.winner == n or n not in self._live:
+                return None
+            if metadata:
+                self._note(self._answer(n))
+                if not self._claim_drain():
+                    return None
+        if metadata:
+            self._drain()
+            return None
+        # Empty headers: real ones, or a Trailers-Only response whose status is a moment behind. Read ahead: a
+        # message commits, the end does not, silence after the headers does.
+        grace = TIMERS.schedule(HEADERS_GRACE, lambda: self._event(lambda: self._answer(n), n))
+        try:
+            message = self._read_first(n, call, keep=True)
+        finally:
+            grace.cancel()
+        return None if message is _EOF else message
+
+    def _read_first(self, n: int, call: Any, keep: bool) -> Any:
+        """Read attempt n's first message before it has won (other readers of n, and its end if that comes
+        meanwhile, wait for this read). A message commits the call to n; `keep`: for the application's first
+        read. Returns the message, or _EOF when the attempt ended."""
+        with self._lock:
+            self._reads.add(n)
+        message = _EOF
+        try:
+            if self._method.attempt_streams:
+                message = _read(call)
+            else:  # a stream-unary attempt: its response comes with its end
+                internals.sync_wait_end(call)
+        finally:
+            with self._lock:
+                self._reads.discard(n)
+                self._changed.notify_all()
+                actions = []
+                if message is not _EOF and not self._ending and n in self._live:
+                    if keep:
+                        self._peek = (n, message)
+                    actions = self._answer(n)
+                ended = self._deferred.pop(n, None)
+                if ended is not None and not self._ending and n in self._live:
+                    actions = actions + self._status(n, ended)
+                self._note(actions)
+                drain = self._claim_drain()
+            if drain:
+                self._drain()
+        return message
+
+    def _answer(self, n: int) -> list:
+        """(Under the lock.) Attempt n, live, answered: the call is its own (if it was not already)."""
+        return self._machine.headers(n, monotonic()) if self._machine.winner != n else []
+
+    def _reading(self) -> tuple:
+        """(Under the lock.) The attempt to read: the winner, or (not hedged) the attempt in flight; waits for one
+        to start. (-1, None) once the call has ended."""
+        while True:
+            winner = self._machine.winner
+            n = winner if winner >= 0 else (-1 if self._hedged else self._current)
+            call = self._attempts.get(n)
+            if call is not None and n not in self._reads:
+                return n, call
+            if call is None and self._done.is_set():
+                return -1, None
+            self._changed.wait()
+
+    def _until_told(self, n: int) -> None:
+        """(Under the lock.) Attempt n ended: wait until the machine has its status (grpcio's callback brings
+        it) and has retried or ended the call."""
+        while n in self._live and not self._done.is_set():
+            self._changed.wait()
+
+    # -- request streams ------------------------------------------------------------------------------------------
+
+    def _attempt_requests(self, n: int):
+        """Attempt n's request iterator (consumed by grpcio's thread): what the machine writes to it. When it has
+        nothing to send and the application's iterator has more, it pulls the next message for every attempt."""
+        wrote = False
+        while True:
+            if wrote:
+                self._event(lambda: self._machine.wrote(n, monotonic()), n)
+            with self._lock:
+                while True:
+                    outbox = self._outboxes.get(n)
+                    if outbox is None:
+                        return
+                    if outbox:
+                        item = outbox.popleft()
+                        break
+                    if not self._pulling and not self._exhausted and self._machine.wants_message(n):
+                        self._pulling = True
+                        item = None
+                        break
+                    self._changed.wait()
+            if item is None:
+                self._pull()
+                wrote = False
+                continue
+            if item is _HALF_CLOSE:
+                return
+            wrote = True
+            yield item
+
+    def _pull(self) -> None:
+        try:
+            try:
+                request = next(self._requests)
+            except StopIteration:
+                self._exhausted = True
+                self._event(lambda: self._machine.half_close(monotonic()))
+                return
+            except Exception:
+                log.exception("request iterator failed")
+                self._exhausted = True
+                self._fail(grpc.StatusCode.UNKNOWN, "Exception iterating requests!")
+                return
+            try:
+                data = request if self._serializer is None else self._serializer(request)
+            except Exception:
+                log.exception("request serializer failed")
+                self._exhausted = True
+                self._fail(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+                return
+            self._event(lambda: self._machine.send_message(data, monotonic()))
+        finally:
+            with self._lock:
+                self._pulling = False
+                self._changed.notify_all()
+
+    # -- ending ---------------------------------------------------------------------------------------------------
+
+    def _fail(self, code: grpc.StatusCode, details: str) -> bool:
+        with self._lock:
+            if self._ending:
+                return False
+            self._local_details = details
+        self._event(lambda: self._machine.cancel(code.value[0], monotonic()))
+        return True
+
+    def cancel(self) -> bool:
+        return self._fail(grpc.StatusCode.CANCELLED, CANCELLED_DETAILS)
+
+    def close_channel(self) -> None:
+        self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+
+    # -- grpc.Future ----------------------------------------------------------------------------------------------
+
+    def cancelled(self) -> bool:
+        """Cancelled by the application, as grpcio says (a channel's close ends calls CANCELLED, not cancelled)."""
+        error = self._error
+        return error is not None and error.code() == grpc.StatusCode.CANCELLED and \
+            error.details() == CANCELLED_DETAILS
+
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _until_done(self, timeout: Optional[float]) -> None:
+        if not self._done.wait(timeout):
+            raise grpc.FutureTimeoutError()
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        self._until_done(timeout)
+        if self._error is not None:
+            if self.cancelled():
+                raise grpc.FutureCancelledError()
+            raise self._error
+        return self._response
+
+    def exception(self, timeout: Optional[float] = None):
+        self._until_done(timeout)
+        if self.cancelled():
+            raise grpc.FutureCancelledError()
+        return self._error
+
+    def traceback(self, timeout: Optional[float] = None):
+        error = self.exception(timeout)
+        return None if error is None else error.__traceback__
+
+    def add_done_callback(self, fn) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._done_callbacks.append(fn)
+                return
+        fn(self)
+
+    # -- grpc.Call ------------------------------------------------------------------------------------------------
+
+    def is_active(self) -> bool:
+        return not self._done.is_set()
+
+    def time_remaining(self) -> Optional[float]:
+        deadline = self._machine.deadline
+        return None if deadline == INF else max(0.0, deadline - monotonic())
+
+    def add_callback(self, callback) -> bool:
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._call_callbacks.append(callback)
+            return True
+
+    def initial_metadata(self):
+        self._until_done(None)
+        return self._error.initial_metadata() if self._error is not None else self._final.initial_metadata()
+
+    def trailing_metadata(self):
+        self._until_done(None)
+        return self._error.trailing_metadata() if self._error is not None else self._final.trailing_metadata()
+
+    def code(self):
+        self._until_done(None)
+        return self._error.code() if self._error is not None else _OK
+
+    def details(self):
+        self._until_done(None)
+        return self._error.details() if self._error is not None else self._final.details()
+
+    def debug_error_string(self):
+        self._until_done(None)
+        return None if self._error is None else self._error.debug_error_string()
+
+
+class StreamingCall(Call):
+    """A response stream: an iterator that is also a grpc.Call and a grpc.Future, as grpcio's. Once the call has
+    committed, reads go straight to the winning attempt; before that, a reader reads ahead on the attempt in
+    flight (not hedged), whose first message commits, or waits for a hedge to answer."""
+
+    _stream_response = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            with self._lock:
+                n, call = self._reading()
+                committed = n == self._machine.winner
+                peek = None
+                if self._peek is not None and self._peek[0] == n:
+                    peek, self._peek = self._peek[1], None
+            if call is None:  # the call ended
+                if self._error is not None:
+                    raise self._error
+                raise StopIteration()
+            if peek is not None:
+                message = peek
+            else:
+                message = _read(call) if committed else self._read_first(n, call, keep=False)
+            if message is not _EOF:
+                deserializer = self._method.deserializer
+                if deserializer is None:
+                    return message
+                try:
+                    return deserializer(message)
+                except Exception:
+                    log.exception("response deserializer failed")
+                    self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+                    raise self._error from None
+            with self._lock:
+                self._until_told(n)
+
+    next = __next__
+
+    def initial_metadata(self):
+        # As grpcio: as soon as the headers come. The application has then seen the attempt: it commits.
+        while True:
+            with self._lock:
+                n, call = self._reading()
+            if call is None:
+                if self._error is not None:
+                    return self._error.initial_metadata()
+                return self._final.initial_metadata() if self._final is not None else ()
+            if self._machine.winner != n:
+                self._first_answer(n, call)
+            if self._machine.winner == n:
+                return internals.sync_wait_headers(call)[0]
+            with self._lock:
+                self._until_told(n)
+
+
+def _read(call: Any) -> Any:
+    """An attempt's next message, or _EOF when it has ended (its status then tells how)."""
+    try:
+        return next(call)
+    except (StopIteration, grpc.RpcError):
+        return _EOF
+
+
+def _run_callback(callback, *args) -> None:
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("callback of a grpc_retry call failed")
