@@ -1,0 +1,192 @@
+"""What the single call machine promises across its two drivers, against real servers: a call progresses
+whether or not anyone waits on it, a hedged unary call commits to the first hedge with response headers, and
+the same scenario seen through both APIs makes the servers see the same attempts (no drift)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import grpc
+import pytest
+from support.backend import SERVER_STREAM, UNARY, Backend, Step, fail, pushback
+from support.clients import ECHO_SERVICE, Client
+
+OK = grpc.StatusCode.OK
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+def retry_config(max_attempts=3, backoff="0.05s", codes=("UNAVAILABLE",)) -> str:
+    return json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "retryPolicy": {
+        "maxAttempts": max_attempts, "initialBackoff": backoff, "maxBackoff": backoff, "backoffMultiplier": 1,
+        "retryableStatusCodes": list(codes)}}]})
+
+
+def hedging_config(max_attempts=3, delay="0.1s") -> str:
+    return json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "hedgingPolicy": {
+        "maxAttempts": max_attempts, "hedgingDelay": delay, "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})
+
+
+def target(backends) -> str:
+    return "ipv4:" + ",".join(b.target for b in backends)
+
+
+def start_unawaited(client: Client, ch, kind: str, method: str, payload, timeout: float):
+    """Make a call and leave it alone: nobody awaits, reads or waits on it. Returns its call object."""
+    multicallable = ch.multicallable(kind, method)
+    if client.api == "aio":
+        async def make():
+            return multicallable(payload, timeout=timeout)
+        return ch.run(make())
+    if kind == "unary":
+        return multicallable.future(payload, timeout=timeout)
+    return multicallable(payload, timeout=timeout)  # a response iterator nobody reads
+
+
+def finish(client: Client, ch, kind: str, call):
+    """Now attend to the call the application left alone: read its responses (a stream's status comes only
+    after them, on grpcio too), then its code."""
+    if client.api == "aio":
+        async def code():
+            if kind != "unary":
+                async for _ in call:
+                    pass
+            return await call.code()
+        return ch.run(code())
+    if kind != "unary":
+        for _ in call:
+            pass
+    return call.code()
+
+
+# -- a call progresses whether or not anyone waits on it ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind,method,payload", [("unary", UNARY, b"x"), ("server_stream", SERVER_STREAM, b"s")])
+def test_an_unawaited_call_retries_on_schedule(client, backends, kind, method, payload):
+    backends[0].script(method, fail(UNAVAILABLE))
+    ch = client.channel(target(backends), [("grpc.service_config", retry_config())])
+    call = start_unawaited(client, ch, kind, method, payload, timeout=10)
+    # The application does other work; the servers see the retry meanwhile.
+    backends[1].wait_attempts(method, 1, timeout=5)
+    assert backends[1].attempts_of(method)[0].previous == "1"
+    time.sleep(0.5)
+    assert finish(client, ch, kind, call) == OK
+    assert [len(b.attempts_of(method)) for b in backends] == [1, 1, 0]
+
+
+def test_an_unawaited_call_hedges_on_schedule(client, backends):
+    backends[0].script(UNARY, Step(wait=0))  # holds its attempt until cancelled
+    ch = client.channel(target(backends), [("grpc.service_config", hedging_config(delay="0.1s"))])
+    started = time.monotonic()
+    call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
+    backends[1].wait_attempts(UNARY, 1, timeout=5)
+    assert 0.1 <= backends[1].attempts_of(UNARY)[0].arrived - started < 2
+    time.sleep(0.5)
+    assert finish(client, ch, "unary", call) == OK
+    (held,) = backends[0].wait_ended(UNARY, 1)
+    assert held.cancelled  # the hedge won while nobody waited: the original was cancelled then
+
+
+def test_cancelling_an_unawaited_call_cancels_its_second_attempt_on_the_server(client, backends):
+    backends[0].script(UNARY, fail(UNAVAILABLE))
+    backends[1].script(UNARY, Step(wait=0))
+    ch = client.channel(target(backends), [("grpc.service_config", retry_config())])
+    call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
+    backends[1].wait_attempts(UNARY, 1, timeout=5)  # the retry is on the server, nobody awaited the call
+    if client.api == "aio":
+        assert ch.run(_cancel(call))
+    else:
+        assert call.cancel()
+    (second,) = backends[1].wait_ended(UNARY, 1)
+    assert second.cancelled
+    assert finish(client, ch, "unary", call) == grpc.StatusCode.CANCELLED
+
+
+async def _cancel(call) -> bool:
+    return call.cancel()
+
+
+# -- hedging commits on response headers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [(("hedge", "first"),), ()], ids=["with-metadata", "empty"])
+def test_a_hedged_unary_call_commits_to_the_first_hedge_with_headers(client, backends, headers):
+    # Both hedges go at once. Backend 0 sends its headers at 0.1 s and its response a second later; backend 1
+    # would answer at 0.3 s. The headers commit the call to backend 0 (A6): its response wins, the other hedge
+    # is cancelled.
+    backends[0].script(UNARY, Step(wait=0.1, headers=headers, headers_lead=1.0))
+    backends[1].script(UNARY, Step(wait=0.3))
+    ch = client.channel(target(backends), [("grpc.service_config", hedging_config(max_attempts=2, delay="0s"))])
+    started = time.monotonic()
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK and out.response == b"x"
+    assert out.previous_attempts is None  # the original's result
+    assert time.monotonic() - started >= 1.0
+    if headers:
+        assert out.initial == dict(headers)
+    (hedge,) = backends[1].wait_ended(UNARY, 1)
+    assert hedge.cancelled
+
+
+# -- no drift: one table of scenarios, both APIs, the same attempts on the servers ----------------------------------
+
+
+@dataclass
+class Scenario:
+    name: str
+    config: str
+    scripts: Tuple[Tuple[Step, ...], ...]  # per backend: its steps for the method
+    kind: str = "unary"
+    code: grpc.StatusCode = OK
+
+
+SCENARIOS = [
+    Scenario("retry-then-ok", retry_config(), ((fail(UNAVAILABLE),), (fail(UNAVAILABLE),), ())),
+    Scenario("retry-exhausted", retry_config(), ((fail(UNAVAILABLE),),) * 3, code=UNAVAILABLE),
+    Scenario("fatal", retry_config(), ((fail(grpc.StatusCode.INVALID_ARGUMENT),), (), ()),
+             code=grpc.StatusCode.INVALID_ARGUMENT),
+    Scenario("pushback-delay", retry_config(backoff="5s"), ((pushback(50),), (), ())),
+    Scenario("pushback-stop", retry_config(), ((pushback(-1),), (), ()), code=UNAVAILABLE),
+    Scenario("headers-commit", retry_config(), ((fail(UNAVAILABLE, headers=(("k", "v"),)),), (), ()),
+             code=UNAVAILABLE),
+    Scenario("stream-retry", retry_config(), ((fail(UNAVAILABLE),), (), ()), kind="server_stream"),
+    Scenario("stream-message-commits", retry_config(), ((Step(code=UNAVAILABLE, responses=1),), (), ()),
+             kind="server_stream", code=UNAVAILABLE),
+    Scenario("hedge-non-fatal", hedging_config(delay="5s"), ((fail(UNAVAILABLE),), (), ())),
+    Scenario("hedge-all-fail", hedging_config(delay="0s"),
+             ((fail(UNAVAILABLE, wait=0.1),), (fail(UNAVAILABLE, wait=0.3),), (fail(UNAVAILABLE, wait=0.2),)),
+             code=UNAVAILABLE),
+    Scenario("hedge-fatal", hedging_config(delay="0.1s"),
+             ((Step(wait=0),), (fail(grpc.StatusCode.INVALID_ARGUMENT),), ()),
+             code=grpc.StatusCode.INVALID_ARGUMENT),
+]
+
+
+def _attempt_sequence(api: str, scenario: Scenario) -> Tuple[grpc.StatusCode, List[Tuple[int, Optional[str]]]]:
+    backends = [Backend() for _ in range(3)]
+    client = Client(api)
+    try:
+        method = UNARY if scenario.kind == "unary" else SERVER_STREAM
+        for backend, steps in zip(backends, scenario.scripts):
+            backend.script(method, *steps)
+        ch = client.channel(target(backends), [("grpc.service_config", scenario.config)])
+        call: Callable = ch.unary if scenario.kind == "unary" else ch.server_stream
+        out = call(method, b"x", timeout=10)
+        # By backend: retries go 0, 1, 2 in turn; hedges sent at once may arrive in any order.
+        seen = sorted((i, a.arrived, a.previous) for i, b in enumerate(backends) for a in b.attempts_of(method))
+        return out.code, [(i, previous) for i, _, previous in seen]
+    finally:
+        client.close()
+        for backend in backends:
+            backend.stop()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_both_apis_make_the_same_attempts(scenario):
+    aio = _attempt_sequence("aio", scenario)
+    sync = _attempt_sequence("sync", scenario)
+    assert aio[0] == scenario.code
+    assert aio == sync
