@@ -1,7 +1,12 @@
-"""Client CPU per call through grpc_retry divided by the same through plain grpcio (C-core's own retries,
-same service config), on the happy path, against one server process, in alternating rounds of one run.
+"""Client CPU per call through grpc_retry divided by the same through plain grpcio (C-core's own retries, same
+service config), on the happy path, against one server process, in alternating rounds of one run, at several
+numbers of calls in flight.
 
-Prints one JSON object as its last line. Usage: python bench/overhead.py [--calls N] [--rounds R]
+Points: aio unary, aio server-streaming (5 messages), sync unary (a thread per call in flight), each with a retry
+policy; and a hedged unary call (hedgingDelay 1 s, so the first attempt always answers first) against plain
+grpcio unary with the same config (grpcio ignores hedgingPolicy).
+
+Prints one JSON object as its last line. Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16]
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import asyncio
 import json
 import multiprocessing
 import statistics
+import threading
 import time
+from typing import Callable, Dict, List
 
 import grpc
 
@@ -19,10 +26,14 @@ SERVICE = "bench.Echo"
 UNARY = f"/{SERVICE}/Unary"
 STREAM = f"/{SERVICE}/Stream"
 STREAM_MESSAGES = 5
-SERVICE_CONFIG = json.dumps({"methodConfig": [{
+RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": SERVICE}],
     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
+HEDGING_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": SERVICE}],
+    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "1s", "nonFatalStatusCodes": ["UNAVAILABLE"]},
 }]})
 PAYLOAD = b"x" * 64
 
@@ -56,13 +67,7 @@ def start_server():
     return process, f"127.0.0.1:{queue.get(timeout=30)}"
 
 
-def _cpu_per_call(run, calls: int) -> float:
-    start = time.process_time()
-    run(calls)
-    return (time.process_time() - start) / calls
-
-
-def summarize(plain, ours):
+def summarize(plain: List[float], ours: List[float]) -> dict:
     ratios = [o / p for p, o in zip(plain, ours)]
     return {
         "ratio": round(statistics.median(ratios), 3),
@@ -72,85 +77,123 @@ def summarize(plain, ours):
     }
 
 
-def _one_call(channel, kind: str):
-    """A coroutine function making one call of `kind` on `channel`."""
-    if kind == "unary":
-        unary = channel.unary_unary(UNARY)
-
-        async def one_unary():
-            return await unary(PAYLOAD)
-        return one_unary
-    stream = channel.unary_stream(STREAM)
-
-    async def one_stream():
-        async for _ in stream(PAYLOAD):
-            pass
-    return one_stream
+def _alternate(plain: Callable[[], None], ours: Callable[[], None], calls: int, rounds: int) -> dict:
+    """CPU per call of each, in rounds that alternate which goes first."""
+    plain(), ours()  # warm up connections and caches
+    samples: Dict[str, List[float]] = {"plain": [], "ours": []}
+    for r in range(rounds):
+        order = (("plain", plain), ("ours", ours))
+        for name, run in (order if r % 2 == 0 else order[::-1]):
+            start = time.process_time()
+            run()
+            samples[name].append((time.process_time() - start) / calls)
+    return summarize(samples["plain"], samples["ours"])
 
 
-async def _aio_bench(target: str, calls: int, rounds: int):
+# -- asyncio ----------------------------------------------------------------------------------------------------
+
+
+def _aio_one(channel, kind: str):
+    if kind == "stream":
+        stream = channel.unary_stream(STREAM)
+
+        async def one_stream():
+            async for _ in stream(PAYLOAD):
+                pass
+        return one_stream
+    unary = channel.unary_unary(UNARY)
+
+    async def one_unary():
+        return await unary(PAYLOAD)
+    return one_unary
+
+
+def _aio_runner(loop: asyncio.AbstractEventLoop, one, calls: int, inflight: int) -> Callable[[], None]:
+    async def worker(n: int):
+        for _ in range(n):
+            await one()
+
+    async def all_workers():
+        await asyncio.gather(*(worker(calls // inflight) for _ in range(inflight)))
+
+    return lambda: loop.run_until_complete(all_workers())
+
+
+def _aio_points(target: str, calls: int, rounds: int, inflights: List[int]) -> dict:
     import grpc_retry.aio
 
-    plain = grpc.aio.insecure_channel(target, options=[("grpc.service_config", SERVICE_CONFIG)])
-    ours = grpc_retry.aio.insecure_channel(target, options=[("grpc.service_config", SERVICE_CONFIG)])
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     results = {}
-    for kind in ("unary", "stream"):
-        plain_one, ours_one = _one_call(plain, kind), _one_call(ours, kind)
-        for warm in (plain_one, ours_one):  # warm up connections and caches
-            for _ in range(300):
-                await warm()
-        samples = {"plain": [], "ours": []}
-        for r in range(rounds):
-            order = (("plain", plain_one), ("ours", ours_one))
-            for name, one in (order if r % 2 == 0 else order[::-1]):
-                start = time.process_time()
-                for _ in range(calls):
-                    await one()
-                samples[name].append((time.process_time() - start) / calls)
-        results[f"aio_{kind}"] = summarize(samples["plain"], samples["ours"])
-    await plain.close()
-    await ours.close()
+
+    async def channels(config: str):
+        options = [("grpc.service_config", config)]
+        return grpc.aio.insecure_channel(target, options=options), grpc_retry.aio.insecure_channel(target, options)
+
+    retry_plain, retry_ours = loop.run_until_complete(channels(RETRY_CONFIG))
+    hedge_plain, hedge_ours = loop.run_until_complete(channels(HEDGING_CONFIG))
+    for name, plain, ours, kind in (("aio_unary", retry_plain, retry_ours, "unary"),
+                                    ("aio_server_stream", retry_plain, retry_ours, "stream"),
+                                    ("aio_hedged_unary", hedge_plain, hedge_ours, "unary")):
+        results[name] = {}
+        for inflight in inflights:
+            results[name][str(inflight)] = _alternate(
+                _aio_runner(loop, _aio_one(plain, kind), calls, inflight),
+                _aio_runner(loop, _aio_one(ours, kind), calls, inflight), calls, rounds)
+    for channel in (retry_plain, retry_ours, hedge_plain, hedge_ours):
+        loop.run_until_complete(channel.close())
+    loop.close()
     return results
 
 
-def _sync_bench(target: str, calls: int, rounds: int):
-    try:
-        import grpc_retry
-        ours = grpc_retry.insecure_channel(target, options=[("grpc.service_config", SERVICE_CONFIG)])
-    except (ImportError, AttributeError, NotImplementedError):
-        return {}
-    plain = grpc.insecure_channel(target, options=[("grpc.service_config", SERVICE_CONFIG)])
-    plain_m, ours_m = plain.unary_unary(UNARY), ours.unary_unary(UNARY)
+# -- sync -------------------------------------------------------------------------------------------------------
 
-    def runner(method):
-        def run(n):
-            for _ in range(n):
-                method(PAYLOAD)
-        return run
 
-    plain_run, ours_run = runner(plain_m), runner(ours_m)
-    plain_run(300)
-    ours_run(300)
-    samples = {"plain": [], "ours": []}
-    for r in range(rounds):
-        order = (("plain", plain_run), ("ours", ours_run))
-        for name, run in (order if r % 2 == 0 else order[::-1]):
-            samples[name].append(_cpu_per_call(run, calls))
+def _sync_runner(method, calls: int, inflight: int) -> Callable[[], None]:
+    def worker(n: int):
+        for _ in range(n):
+            method(PAYLOAD)
+
+    def run():
+        if inflight == 1:
+            worker(calls)
+            return
+        threads = [threading.Thread(target=worker, args=(calls // inflight,)) for _ in range(inflight)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return run
+
+
+def _sync_points(target: str, calls: int, rounds: int, inflights: List[int]) -> dict:
+    import grpc_retry
+
+    options = [("grpc.service_config", RETRY_CONFIG)]
+    plain = grpc.insecure_channel(target, options=options)
+    ours = grpc_retry.insecure_channel(target, options=options)
+    results = {"sync_unary": {}}
+    for inflight in inflights:
+        results["sync_unary"][str(inflight)] = _alternate(
+            _sync_runner(plain.unary_unary(UNARY), calls, inflight),
+            _sync_runner(ours.unary_unary(UNARY), calls, inflight), calls, rounds)
     plain.close()
     ours.close()
-    return {"sync_unary": summarize(samples["plain"], samples["ours"])}
+    return results
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=2000, help="calls per round")
-    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds per channel")
+    parser.add_argument("--calls", type=int, default=2048, help="calls per round and channel")
+    parser.add_argument("--rounds", type=int, default=8, help="alternating rounds per channel and point")
+    parser.add_argument("--inflight", default="1,16,128", help="calls in flight at each point, comma-separated")
     args = parser.parse_args(argv)
+    inflights = [int(n) for n in args.inflight.split(",")]
     process, target = start_server()
     try:
         result = {"calls_per_round": args.calls, "rounds": args.rounds, "grpcio": grpc.__version__}
-        result.update(asyncio.run(_aio_bench(target, args.calls, args.rounds)))
-        result.update(_sync_bench(target, args.calls, args.rounds))
+        result.update(_aio_points(target, args.calls, args.rounds, inflights))
+        result.update(_sync_points(target, args.calls, args.rounds, inflights))
     finally:
         process.kill()
     print(json.dumps(result))

@@ -33,10 +33,34 @@ def trailing_with_attempts(trailing: Optional[Sequence[Tuple[str, Any]]], previo
     return tuple(trailing or ()) + ((PREVIOUS_ATTEMPTS, str(previous)),)
 
 
-class CallDriver:
-    """Performs the machine's actions in order. The handlers are the driver's I/O."""
+def local_status(code: int, details: str, subchannels: Any) -> Tuple[grpc.StatusCode, str]:
+    """A status no server sent, as grpcio words it: the deadline, no backend to take the call, or the cancel or
+    local failure whose details the driver gives."""
+    status = STATUS_CODES[code]
+    if status is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return status, DEADLINE_DETAILS
+    if status is grpc.StatusCode.UNAVAILABLE:
+        return status, subchannels.unavailable_details()
+    return status, details
 
-    __slots__ = ()
+
+class CallDriver:
+    """Performs the machine's actions in order. The handlers are the driver's I/O. Keeps what every attempt of
+    the call is started with."""
+
+    __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr")
+
+    def __init__(self, method: Any, machine: Any, request: Optional[bytes], metadata, credentials,
+                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+        self._machine = machine
+        self._method = method  # the channel's method (_method.Method): inner(address), subchannels, ...
+        self._request = request
+        self._metadata = tuple(metadata) if metadata else ()
+        self._credentials = credentials
+        self._compression = compression
+        # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
+        self._grpc_wfr = bool(wait_for_ready) and (
+            not machine.transparent_enabled or (stream_request and machine.committed))
 
     def _act(self, actions: list) -> None:
         for action in actions:

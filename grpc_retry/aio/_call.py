@@ -19,19 +19,11 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional
 import grpc
 from grpc.aio import AioRpcError, Metadata, _base_call
 
+from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import (
-    CANCELLED_DETAILS,
-    DEADLINE_DETAILS,
-    INF,
-    STATUS_CODES,
-    CallDriver,
-    attempt_metadata,
-    log,
-    trace_attempt,
-    trailing_with_attempts,
-)
+from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, log
+from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 
 _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
@@ -41,28 +33,20 @@ _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
 
 
-class _Call(CallDriver):
+class _Call(driver.CallDriver):
     """The state and I/O that every cardinality shares."""
 
     __slots__ = (
-        "_machine", "_method", "_loop", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr",
-        "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
+        "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_writes", "_peek", "__weakref__",
+        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
                  wait_for_ready: Optional[bool], compression, stream_request: bool):
-        self._machine = machine
-        self._method = method            # the channel's method: inner(address), subchannels, deserializer
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                         stream_request)
         self._loop = asyncio.get_running_loop()
-        self._request = request
-        self._metadata = tuple(metadata) if metadata else ()
-        self._credentials = credentials
-        self._compression = compression
-        # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
-        self._grpc_wfr = bool(wait_for_ready) and (
-            not machine.transparent_enabled or (stream_request and machine.committed))
         self._hedged = machine.hedging
         self._attempts: Dict[int, Any] = {}   # live attempts by number
         self._last: Any = None                # the attempt whose status was reported last
@@ -83,7 +67,8 @@ class _Call(CallDriver):
         self._callbacks: Optional[List[Callable]] = None
         self._watchers: Optional[Dict[int, asyncio.Task]] = None  # hedges: each one's watcher
         self._writes: Optional[Dict[int, asyncio.Task]] = None    # request streams: each attempt's write
-        self._peek: Optional[asyncio.Task] = None  # the winner's first read, made before it won
+        self._peek: Any = None       # the winner's first message, read before it won
+        self._reads: set = set()     # attempts whose first message is being read before they won
 
     def _begin(self) -> None:
         self._act(self._machine.start(monotonic(), self._request))
@@ -92,11 +77,11 @@ class _Call(CallDriver):
 
     def _start(self, n: int, address: int, previous: int) -> None:
         method = self._method
-        trace_attempt(self, n, previous, method.subchannels.addresses[address])
+        driver.trace_attempt(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
         attempt = method.inner(address)(
             self._request, timeout=None if deadline == INF else deadline - monotonic(),
-            metadata=attempt_metadata(self._metadata, previous), credentials=self._credentials,
+            metadata=driver.attempt_metadata(self._metadata, previous), credentials=self._credentials,
             wait_for_ready=self._grpc_wfr, compression=self._compression)
         self._attempts[n] = attempt
         if self._hedged:
@@ -193,27 +178,18 @@ class _Call(CallDriver):
         code = STATUS_CODES[status.code()]
         trailing = status.trailing_metadata()
         if previous > 0:
-            trailing = trailing_with_attempts(trailing, previous)
+            trailing = driver.trailing_with_attempts(trailing, previous)
         initial = internals.aio_initial_metadata(attempt)
-        if code is _OK and self._response is not None and self._method.deserializer is not None:
-            try:
-                self._response = self._method.deserializer(self._response)
-            except Exception:
-                log.exception("response deserializer failed")
-                self._local_details = "Exception deserializing response!"
-                self._finish(grpc.StatusCode.INTERNAL, self._local_details, (), (), None)
+        if code is _OK and self._response is not None:
+            self._response = self._method.deserialize(self._response)
+            if self._response is UNDESERIALIZABLE:
+                self._finish(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED, (), (), None)
                 return
         self._finish(code, status.details(), initial, trailing,
                      None if code is _OK else status.debug_error_string())
 
     def _end(self, code: int) -> None:
-        status = STATUS_CODES[code]
-        if status is grpc.StatusCode.DEADLINE_EXCEEDED:
-            details = DEADLINE_DETAILS
-        elif status is grpc.StatusCode.UNAVAILABLE:
-            details = self._method.subchannels.unavailable_details()
-        else:
-            details = self._local_details
+        status, details = driver.local_status(code, self._local_details, self._method.subchannels)
         self._finish(status, details, (), (), None)
 
     # -- what the attempts report ---------------------------------------------------------------------------------
@@ -239,21 +215,33 @@ class _Call(CallDriver):
 
     async def _first_answer(self, n: int, attempt) -> None:
         """Tell the machine when attempt n answers — response headers, or its first message — which commits the
-        call to it; return when it has, or when the attempt has ended without answering."""
+        call to it; return when it has, or when the attempt has ended without answering. A message read here
+        is kept for the winner's first read (`_peek`)."""
         metadata = await attempt.initial_metadata()
         if attempt.done() or self._attempts.get(n) is not attempt or self._winner == n:
             return  # ended, cancelled, or already the call's (overflow): the application reads it
-        peek = None
-        if not metadata:
-            # Read ahead: a message commits, the end does not, silence after the headers does.
-            peek = self._loop.create_task(_read(attempt))
-            await asyncio.wait((peek,), timeout=HEADERS_GRACE)
-            if self._attempts.get(n) is not attempt or peek.done() and peek.result() is _EOF:
-                return
-        if self._winner != n:
+        if metadata:
             self._act(self._machine.headers(n, monotonic()))
-        if self._winner == n:
-            self._peek = peek  # the application's first read (a unary response: the response)
+            return
+        # Empty headers: real ones, or a Trailers-Only response whose status is a loop turn behind. Read ahead
+        # (readers of n wait meanwhile): a message commits, the end does not, silence after the headers does.
+        grace = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+        self._reads.add(n)
+        try:
+            message = await _read(attempt)
+        finally:
+            grace.cancel()
+            self._reads.discard(n)
+            self._wake_readers()
+        if message is not _EOF and self._attempts.get(n) is attempt:
+            if self._winner != n:
+                self._act(self._machine.message(n, monotonic()))
+            if self._winner == n:
+                self._peek = message
+
+    def _silence(self, n: int, attempt) -> None:
+        if self._attempts.get(n) is attempt and self._winner != n and not self._done:
+            self._act(self._machine.headers(n, monotonic()))
 
     async def _watch(self, n: int, attempt) -> None:
         """A hedge: report its first answer, which commits the call, then (a unary response) read the winner's
@@ -428,7 +416,7 @@ class _UnaryResponse(_Call):
     async def _read_response(self, attempt) -> None:
         peek, self._peek = self._peek, None
         if peek is not None:
-            response = await peek
+            response = peek
         elif isinstance(attempt, grpc.aio.UnaryStreamCall):  # a hedged unary call: the shape that shows headers
             response = await _read(attempt)
         else:
@@ -473,11 +461,11 @@ class _StreamResponse(_Call):
                         await self._next_change()
                         continue
                 attempt = self._attempts.get(n)
-                if attempt is None:
+                if attempt is None or n in self._reads:
                     await self._next_change()
                     continue
                 peek, self._peek = self._peek, None
-                message = await (_read(attempt) if peek is None else peek)
+                message = await _read(attempt) if peek is None else peek
                 if message is not _EOF:
                     if self._winner != n and self._attempts.get(n) is attempt:
                         self._act(self._machine.message(n, monotonic()))
@@ -491,15 +479,11 @@ class _StreamResponse(_Call):
         if message is _EOF:
             self._raise_if_failed()
             return _EOF
-        deserializer = self._method.deserializer
-        if deserializer is None:
-            return message
-        try:
-            return deserializer(message)
-        except Exception:
-            log.exception("response deserializer failed")
-            self._cancel("Exception deserializing response!", 13)
+        response = self._method.deserialize(message)
+        if response is UNDESERIALIZABLE:
+            self._cancel(DESERIALIZE_FAILED, 13)
             self._raise_if_failed()
+        return response
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
@@ -516,7 +500,7 @@ class _StreamResponse(_Call):
         while not self._done:
             n = self._winner if self._winner >= 0 else (-1 if self._hedged else self._current)
             attempt = self._attempts.get(n)
-            if attempt is None:
+            if attempt is None or n in self._reads:
                 await self._next_change()
                 continue
             if self._winner != n:
@@ -534,13 +518,16 @@ class _StreamRequest(_Call):
 
     __slots__ = ()
 
-    def _init_requests(self, request_iterator, serializer) -> None:
+    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
+                 compression):
+        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._serializer = serializer
         self._iterator_given = request_iterator is not None
         self._consumer = None
         self._half_closed = False
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
+        self._begin()
 
     def _queue(self, message) -> None:
         try:
@@ -603,7 +590,9 @@ class _StreamRequest(_Call):
 _STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed")
 
 
-class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
+class _UnaryRequest(_Call):
+    """Calls with one request: its bytes go with each attempt."""
+
     __slots__ = ()
 
     def __init__(self, method, machine, request: Optional[bytes], metadata, credentials, wait_for_ready,
@@ -615,33 +604,17 @@ class UnaryUnaryCall(_UnaryResponse, _base_call.UnaryUnaryCall):
             self._begin()
 
 
-class UnaryStreamCall(_StreamResponse, _base_call.UnaryStreamCall):
+class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _base_call.UnaryUnaryCall):
     __slots__ = ()
 
-    def __init__(self, method, machine, request: Optional[bytes], metadata, credentials, wait_for_ready,
-                 compression):
-        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
-        if request is None:
-            self._cancel("Exception serializing request!", 13)
-        else:
-            self._begin()
+
+class UnaryStreamCall(_UnaryRequest, _StreamResponse, _base_call.UnaryStreamCall):
+    __slots__ = ()
 
 
 class StreamUnaryCall(_StreamRequest, _UnaryResponse, _base_call.StreamUnaryCall):
     __slots__ = _STREAM_REQUEST_SLOTS
 
-    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
-                 compression):
-        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
-        self._init_requests(request_iterator, serializer)
-        self._begin()
-
 
 class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamCall):
     __slots__ = _STREAM_REQUEST_SLOTS
-
-    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
-                 compression):
-        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
-        self._init_requests(request_iterator, serializer)
-        self._begin()

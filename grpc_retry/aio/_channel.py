@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from time import monotonic
 from typing import Any, Optional, Sequence
 
 import grpc
@@ -23,7 +22,7 @@ from grpc.aio._interceptor import (
 )
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import CallMachine
+from grpc_retry._method import Method, RetryStatistics
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import AioSubchannels
 from grpc_retry.aio import _call
@@ -33,64 +32,14 @@ log = logging.getLogger("grpc_retry")
 _INF = math.inf
 
 
-class _MultiCallable:
+class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
-    __slots__ = ("_channel", "_state", "_method", "_serializer", "deserializer", "_inner", "_policy",
-                 "_interceptors", "_attempt_kind", "subchannels")
+    __slots__ = ("_interceptors",)
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
-        self._channel = channel
-        self._state = channel._state
-        self._method = method
-        self._serializer = serializer
-        self.deserializer = deserializer
-        self._policy = self._state.policy(method)
-        # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpc.aio's unary-unary shape delivers both at once, its unary-stream shape does not.
-        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
-        self._inner: list = []
-        self.subchannels = channel._subchannels
+        super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
         self._interceptors = interceptors
-
-    def inner(self, index: int):
-        """This method on subchannel `index`, carrying bytes: the application's (de)serializers run once per
-        message, in grpc_retry, not once per attempt."""
-        channel = self.subchannels.channel(index)
-        inner = self._inner
-        if index < len(inner):
-            entry = inner[index]
-            if entry is not None and entry[0] is channel:
-                return entry[1]
-        else:
-            inner.extend([None] * (index + 1 - len(inner)))
-        # New, or the address came back (re-resolution) on a new grpcio channel.
-        multicallable = getattr(channel, self._attempt_kind)(self._method)
-        inner[index] = (channel, multicallable)
-        return multicallable
-
-    def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool) -> CallMachine:
-        state = self._state
-        policy = self._policy
-        limit = policy.timeout
-        if timeout is not None and timeout < limit:
-            limit = timeout
-        if wait_for_ready is None:
-            wait_for_ready = policy.wait_for_ready
-        options = state.options
-        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
-                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
-                           bool(wait_for_ready), unary_request)
-
-    def _serialize(self, request):
-        """The request's bytes, or None if the serializer failed (the call then fails INTERNAL)."""
-        if self._serializer is None:
-            return request
-        try:
-            return self._serializer(request)
-        except Exception:
-            log.exception("request serializer failed")
-            return None
 
 
 class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCallable):
@@ -191,7 +140,7 @@ _InterceptedStreamUnary = _terminal(InterceptedStreamUnaryCall)
 _InterceptedStreamStream = _terminal(InterceptedStreamStreamCall)
 
 
-class Channel(_base_channel.Channel):
+class Channel(RetryStatistics, _base_channel.Channel):
     """A grpc.aio.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
@@ -263,17 +212,6 @@ class Channel(_base_channel.Channel):
 
     async def __aexit__(self, exc_type, exc_val, exc_tb) -> None:
         await self.close(None)
-
-    def retry_stats(self) -> dict:
-        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
-        histogram of which retry each was (hedges after the first count as retries)."""
-        return self._state.retry_stats()
-
-    @property
-    def throttle_tokens(self) -> Optional[float]:
-        """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""
-        throttle = self._state.throttle
-        return None if throttle is None else throttle.tokens
 
 
 def insecure_channel(target: str, options: OptionsType = None, compression: Optional[grpc.Compression] = None,

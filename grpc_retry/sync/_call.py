@@ -21,19 +21,13 @@ import grpc
 
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
-from grpc_retry._driver import (
-    CANCELLED_DETAILS,
-    CLOSED_DETAILS,
-    DEADLINE_DETAILS,
-    INF,
-    STATUS_CODES,
-    CallDriver,
-    attempt_metadata,
-    log,
-    trace_attempt,
-    trailing_with_attempts,
-)
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, local_status, log
+from grpc_retry._driver import attempt_metadata as metadata_of_attempt
+from grpc_retry._driver import trace_attempt as trace
+from grpc_retry._driver import trailing_with_attempts as trailing_of
+from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
+from grpc_retry.sync._status import FinishedCall, RpcError, local_error
 
 _OK = grpc.StatusCode.OK
 _EOF = object()
@@ -54,163 +48,48 @@ def _watch_pool() -> concurrent.futures.ThreadPoolExecutor:
         return _watchers
 
 
-class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
-    """A call's final non-OK status, frozen: what grpcio raises, with grpc_retry's trailing metadata."""
-
-    def __init__(self, code: grpc.StatusCode, details: Optional[str], initial=(), trailing=(),
-                 debug: Optional[str] = None):
-        super().__init__()
-        self._code, self._details, self._initial, self._trailing, self._debug = (
-            code, details, initial, trailing, debug)
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return self._details
-
-    def initial_metadata(self):
-        return self._initial
-
-    def trailing_metadata(self):
-        return self._trailing
-
-    def debug_error_string(self):
-        return self._debug
-
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def cancel(self):
-        return False
-
-    def cancelled(self):
-        return self._code == grpc.StatusCode.CANCELLED
-
-    def running(self):
-        return False
-
-    def done(self):
-        return True
-
-    def result(self, timeout=None):
-        raise self
-
-    def exception(self, timeout=None):
-        return self
-
-    def traceback(self, timeout=None):
-        return None
-
-    def add_done_callback(self, fn):
-        fn(self)
-
-    def add_callback(self, callback):
-        return False
-
-    def __str__(self):
-        return (f"<{type(self).__name__} of RPC that terminated with:\n\tstatus = {self._code}\n"
-                f"\tdetails = \"{self._details}\"\n\tdebug_error_string = \"{self._debug}\"\n>")
-
-    __repr__ = __str__
-
-
-class FinishedCall(grpc.Call):
-    """The grpc.Call of a successful call whose trailing metadata grpc_retry extended."""
-
-    def __init__(self, attempt: grpc.Call, trailing):
-        self._attempt, self._trailing = attempt, trailing
-
-    def initial_metadata(self):
-        return self._attempt.initial_metadata()
-
-    def trailing_metadata(self):
-        return self._trailing
-
-    def code(self):
-        return _OK
-
-    def details(self):
-        return self._attempt.details()
-
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def cancel(self):
-        return False
-
-    def add_callback(self, callback):
-        return False
-
-
-def local_error(code: grpc.StatusCode, details: str) -> RpcError:
-    return RpcError(code, details, (), (), None)
-
-
-class _Attempts:
+class _Attempts(CallDriver):
     """How a call starts attempts and tells what ended it: shared by the blocking and the non-blocking call."""
 
-    __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr",
-                 "_error", "_response", "_final")
+    __slots__ = ("_error", "_response", "_final")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
                  wait_for_ready: Optional[bool], compression, stream_request: bool):
-        self._machine = machine
-        self._method = method  # the channel's method: inner(address), subchannels, deserializer, closed()
-        self._request = request
-        self._metadata = tuple(metadata) if metadata else ()
-        self._credentials = credentials
-        self._compression = compression
-        # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
-        self._grpc_wfr = bool(wait_for_ready) and (
-            not machine.transparent_enabled or (stream_request and machine.committed))
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                         stream_request)
         self._error: Optional[grpc.RpcError] = None
         self._response: Any = None
         self._final: Any = None   # with OK: the attempt whose result the application gets
 
     def _kwargs(self, n: int, address: int, previous: int) -> dict:
         method = self._method
-        trace_attempt(self, n, previous, method.subchannels.addresses[address])
+        trace(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
         return dict(timeout=None if deadline == INF else deadline - monotonic(),
-                    metadata=attempt_metadata(self._metadata, previous), credentials=self._credentials,
+                    metadata=metadata_of_attempt(self._metadata, previous), credentials=self._credentials,
                     wait_for_ready=self._grpc_wfr, compression=self._compression)
 
     def _outcome(self, call: Any, previous: int, response: Any) -> None:
         """The call ends with ended attempt `call`'s result."""
         code, details, trailing, debug, initial = internals.sync_status(call)
         if previous > 0:
-            trailing = trailing_with_attempts(trailing, previous)
+            trailing = trailing_of(trailing, previous)
         if code is not _OK:
             self._error = RpcError(code, details, initial, trailing, debug)
             return
-        deserializer = self._method.deserializer
-        if response is not None and deserializer is not None:
-            try:
-                response = deserializer(response)
-            except Exception:
-                log.exception("response deserializer failed")
-                self._error = local_error(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
+        if response is not None:
+            response = self._method.deserialize(response)
+            if response is UNDESERIALIZABLE:
+                self._error = local_error(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
                 return
         self._response = response
         self._final = call if previous == 0 else FinishedCall(call, trailing)
 
     def _local(self, code: int, details: str) -> None:
-        status = STATUS_CODES[code]
-        if status is grpc.StatusCode.DEADLINE_EXCEEDED:
-            details = DEADLINE_DETAILS
-        elif status is grpc.StatusCode.UNAVAILABLE:
-            details = self._method.subchannels.unavailable_details()
-        self._error = local_error(status, details)
+        self._error = local_error(*local_status(code, details, self._method.subchannels))
 
 
-class BlockingCall(_Attempts, CallDriver):
+class BlockingCall(_Attempts):
     """A unary-unary call with no hedging, run inline on the caller's thread: each attempt is grpcio's own
     blocking call; backoff and waits for a subchannel block this thread too."""
 
@@ -299,7 +178,7 @@ class BlockingCall(_Attempts, CallDriver):
         pass
 
 
-class Call(_Attempts, CallDriver, grpc.Call, grpc.Future):
+class Call(_Attempts, grpc.Call, grpc.Future):
     """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
     the iterator (StreamingCall)."""
 
@@ -806,15 +685,11 @@ class StreamingCall(Call):
             else:
                 message = _read(call) if committed else self._read_first(n, call, keep=False)
             if message is not _EOF:
-                deserializer = self._method.deserializer
-                if deserializer is None:
-                    return message
-                try:
-                    return deserializer(message)
-                except Exception:
-                    log.exception("response deserializer failed")
-                    self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing response!")
-                    raise self._error from None
+                response = self._method.deserialize(message)
+                if response is UNDESERIALIZABLE:
+                    self._fail(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
+                    raise self._error
+                return response
             with self._lock:
                 self._until_told(n)
 

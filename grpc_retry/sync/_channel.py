@@ -6,76 +6,38 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from time import monotonic
 from typing import Optional
 
 import grpc
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import CallMachine
 from grpc_retry._driver import log
+from grpc_retry._method import Method, RetryStatistics
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import SyncSubchannels
-from grpc_retry.sync._call import BlockingCall, Call, StreamingCall, local_error
+from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
+from grpc_retry.sync._status import local_error
 
 _INF = math.inf
-_STREAMING_SHAPES = ("unary_stream", "stream_stream")
 
 
-class _MultiCallable:
+class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
-    __slots__ = ("_channel", "_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_kind",
-                 "_attempt_kind", "subchannels", "attempt_streams", "unary_response")
+    __slots__ = ("_channel",)
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
+        super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
         self._channel = channel
-        self._state = channel._state
-        self._method = method
-        self._serializer = serializer
-        self.deserializer = deserializer
-        self._policy = self._state.policy(method)
-        self._kind = kind
-        # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpcio's unary-unary shape delivers both at once, its unary-stream shape does not.
-        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
-        self.attempt_streams = self._attempt_kind in _STREAMING_SHAPES
-        self.unary_response = kind in ("unary_unary", "stream_unary")
-        self.subchannels = channel._subchannels
-        self._inner: dict = {}  # address index -> (its grpcio channel, this method on it)
-
-    def inner(self, index: int):
-        """This method on subchannel `index`. Attempts carry bytes: the application's (de)serializers run
-        once per message, in grpc_retry, not once per attempt."""
-        channel = self.subchannels.channel(index)
-        entry = self._inner.get(index)
-        if entry is None or entry[0] is not channel:  # new, or the address came back on a new channel
-            entry = self._inner[index] = (channel, getattr(channel, self._attempt_kind)(self._method))
-        return entry[1]
 
     def closed(self) -> bool:
         return self._channel._closed
 
-    def _machine(self, timeout, wait_for_ready, unary_request: bool) -> CallMachine:
-        state, policy = self._state, self._policy
-        limit = policy.timeout
-        if timeout is not None and timeout < limit:
-            limit = timeout
-        if wait_for_ready is None:
-            wait_for_ready = policy.wait_for_ready
-        options = state.options
-        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
-                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
-                           bool(wait_for_ready), unary_request)
-
-    def _serialize(self, request) -> bytes:
-        if self._serializer is None:
-            return request
-        try:
-            return self._serializer(request)
-        except Exception:
-            log.exception("request serializer failed")
-            raise local_error(grpc.StatusCode.INTERNAL, "Exception serializing request!") from None
+    def _request_bytes(self, request) -> bytes:
+        data = self._serialize(request)
+        if data is None:
+            raise local_error(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+        return data
 
     def _call(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
         """The non-blocking call object (a future; for response streams, also the iterator)."""
@@ -101,18 +63,18 @@ class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        return self._blocking(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+        return self._blocking(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                               compression, False)
 
     def with_call(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                   compression=None):
-        return self._blocking(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+        return self._blocking(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                               compression, True)
 
     def future(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                compression=None):
         try:
-            data = self._serialize(request)
+            data = self._request_bytes(request)
         except grpc.RpcError as error:
             return error  # a frozen error is a finished grpc.Future too
         return self._call(data, None, timeout, metadata, credentials, wait_for_ready, compression)
@@ -123,7 +85,7 @@ class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):
-        return self._call(self._serialize(request), None, timeout, metadata, credentials, wait_for_ready,
+        return self._call(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                           compression)
 
 
@@ -153,7 +115,7 @@ class StreamStreamMultiCallable(_MultiCallable, grpc.StreamStreamMultiCallable):
         return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class Channel(grpc.Channel):
+class Channel(RetryStatistics, grpc.Channel):
     """A grpc.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
@@ -218,17 +180,6 @@ class Channel(grpc.Channel):
     def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
         self.close()
         return False
-
-    def retry_stats(self) -> dict:
-        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
-        histogram of which retry each was (hedges after the first count as retries)."""
-        return self._state.retry_stats()
-
-    @property
-    def throttle_tokens(self) -> Optional[float]:
-        """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""
-        throttle = self._state.throttle
-        return None if throttle is None else throttle.tokens
 
 
 class _Subscription:

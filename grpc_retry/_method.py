@@ -1,0 +1,98 @@
+"""What both channels' methods share: the method's policy, resolved once; the call machine of each call; and the
+method on each subchannel (the grpcio multicallable that attempts go through, carrying bytes)."""
+
+from __future__ import annotations
+
+import math
+from time import monotonic
+from typing import Any, Dict, Optional, Tuple
+
+from grpc_retry._channel_state import ChannelState
+from grpc_retry._core import CallMachine
+from grpc_retry._driver import log
+
+_INF = math.inf
+STREAMING_SHAPES = ("unary_stream", "stream_stream")
+UNDESERIALIZABLE = object()  # what deserialize() returns when the application's deserializer failed
+DESERIALIZE_FAILED = "Exception deserializing response!"
+
+
+class Method:
+    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams` and `unary_response` are what
+    the drivers read."""
+
+    __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
+                 "subchannels", "attempt_streams", "unary_response")
+
+    def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer, deserializer, kind: str):
+        self._state = state
+        self._method = method
+        self._serializer = serializer
+        self.deserializer = deserializer
+        self._policy = state.policy(method)
+        # A hedged unary call needs to see each attempt's response headers before its response (they commit
+        # it): grpcio's unary-unary shape delivers both at once, its unary-stream shape does not.
+        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
+        self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
+        self.unary_response = kind in ("unary_unary", "stream_unary")
+        self.subchannels = subchannels
+        self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)
+
+    def inner(self, index: int) -> Any:
+        """This method on subchannel `index`. Attempts carry bytes: the application's (de)serializers run once per
+        message, in grpc_retry, not once per attempt."""
+        channel = self.subchannels.channel(index)
+        entry = self._inner.get(index)
+        if entry is None or entry[0] is not channel:  # new, or the address came back on a new grpcio channel
+            entry = self._inner[index] = (channel, getattr(channel, self._attempt_kind)(self._method))
+        return entry[1]
+
+    def _serialize(self, request: Any) -> Optional[bytes]:
+        """The request's bytes, or None if the application's serializer failed (the call then fails INTERNAL)."""
+        if self._serializer is None:
+            return request
+        try:
+            return self._serializer(request)
+        except Exception:
+            log.exception("request serializer failed")
+            return None
+
+    def deserialize(self, message: bytes) -> Any:
+        """A response for the application, or UNDESERIALIZABLE (the call then fails INTERNAL)."""
+        if self.deserializer is None:
+            return message
+        try:
+            return self.deserializer(message)
+        except Exception:
+            log.exception("response deserializer failed")
+            return UNDESERIALIZABLE
+
+    def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool) -> CallMachine:
+        """A new call's machine: its deadline is the sooner of the call's timeout and the method's."""
+        state, policy = self._state, self._policy
+        limit = policy.timeout
+        if timeout is not None and timeout < limit:
+            limit = timeout
+        if wait_for_ready is None:
+            wait_for_ready = policy.wait_for_ready
+        options = state.options
+        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
+                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
+                           bool(wait_for_ready), unary_request)
+
+
+class RetryStatistics:
+    """Mixin for both channels: what the channel's retries did."""
+
+    _state: ChannelState
+
+    def retry_stats(self) -> dict:
+        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
+        histogram of which retry each was (hedges after the first count as retries)."""
+        return self._state.retry_stats()
+
+    @property
+    def throttle_tokens(self) -> Optional[float]:
+        """Current retry-throttle tokens of this channel's server name (None without retryThrottling)."""
+        throttle = self._state.throttle
+        return None if throttle is None else throttle.tokens
