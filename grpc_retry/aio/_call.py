@@ -209,8 +209,11 @@ class _Call(driver.CallDriver):
             return
         self._last = attempt
         code = status.code()
-        self._act(self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
-                                       got_headers and code != 0))
+        if code == 0:
+            self._act(self._machine.status(n, 0, None, None, monotonic()))
+        else:
+            self._act(self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
+                                           got_headers))
         self._wake_readers()
 
     async def _first_answer(self, n: int, attempt) -> None:

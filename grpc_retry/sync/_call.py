@@ -71,13 +71,15 @@ class _Attempts(CallDriver):
 
     def _outcome(self, call: Any, previous: int, response: Any) -> None:
         """The call ends with ended attempt `call`'s result."""
-        code, details, trailing, debug, initial = internals.sync_status(call)
-        if previous > 0:
-            trailing = trailing_of(trailing, previous)
-        if code is not _OK:
-            self._error = RpcError(code, details, initial, trailing, debug)
-            return
-        if response is not None:
+        state = call._state
+        if state.code is not _OK or previous > 0:
+            code, details, trailing, debug, initial = internals.sync_status(call)
+            if previous > 0:
+                trailing = trailing_of(trailing, previous)
+            if code is not _OK:
+                self._error = RpcError(code, details, initial, trailing, debug)
+                return
+        if response is not None and self._method.deserializer is not None:
             response = self._method.deserialize(response)
             if response is UNDESERIALIZABLE:
                 self._error = local_error(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
@@ -139,10 +141,11 @@ class BlockingCall(_Attempts):
             response, call = self._method.inner(address).with_call(self._request,
                                                                    **self._kwargs(n, address, previous))
         except grpc.RpcError as error:
-            call, response = error, None
+            self._last = error, None
+            code, details, trailing, _, initial = internals.sync_status(error)
+            return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
         self._last = call, response
-        code, details, trailing, _, initial = internals.sync_status(call)
-        return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
+        return self._machine.status(n, 0, None, None, monotonic())
 
     def _start(self, n: int, address: int, previous: int) -> None:
         self._next = (n, address, previous)
