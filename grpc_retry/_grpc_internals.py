@@ -82,6 +82,11 @@ def sync_status(call: Any) -> Tuple[Any, Optional[str], tuple, Optional[str], tu
             _decode(state.debug_error_string), tuple(state.initial_metadata or ()))
 
 
+def sync_code(call: Any) -> Any:
+    """An ended sync attempt's status code (a grpc.StatusCode), without blocking."""
+    return call._state.code
+
+
 def sync_wait_headers(call: Any) -> Tuple[tuple, bool]:
     """Block (never on grpcio's own thread) until a sync attempt has its response headers or has ended:
     (the headers so far, whether it has ended)."""

@@ -70,9 +70,9 @@ class _Attempts(CallDriver):
                     wait_for_ready=self._grpc_wfr, compression=self._compression)
 
     def _outcome(self, call: Any, previous: int, response: Any) -> None:
-        """The call ends with ended attempt `call`'s result."""
-        state = call._state
-        if state.code is not _OK or previous > 0:
+        """The call ends with ended attempt `call`'s result (None: it succeeded, and only its response is wanted)."""
+        trailing = None
+        if call is not None and (previous > 0 or internals.sync_code(call) is not _OK):
             code, details, trailing, debug, initial = internals.sync_status(call)
             if previous > 0:
                 trailing = trailing_of(trailing, previous)
@@ -85,7 +85,7 @@ class _Attempts(CallDriver):
                 self._error = local_error(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
                 return
         self._response = response
-        self._final = call if previous == 0 else FinishedCall(call, trailing)
+        self._final = call if trailing is None or previous == 0 else FinishedCall(call, trailing)
 
     def _local(self, code: int, details: str) -> None:
         self._error = local_error(*local_status(code, details, self._method.subchannels))
@@ -95,7 +95,7 @@ class BlockingCall(_Attempts):
     """A unary-unary call with no hedging, run inline on the caller's thread: each attempt is grpcio's own
     blocking call; backoff and waits for a subchannel block this thread too."""
 
-    __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details")
+    __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details", "_with_call")
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -107,6 +107,7 @@ class BlockingCall(_Attempts):
         self._local_details = CANCELLED_DETAILS
 
     def run(self, with_call: bool):
+        self._with_call = with_call
         machine = self._machine
         subchannels = self._method.subchannels
         actions = machine.start(monotonic(), self._request)
@@ -137,9 +138,12 @@ class BlockingCall(_Attempts):
 
     def _attempt(self, n: int, address: int, previous: int) -> list:
         self._next = None
+        inner = self._method.inner(address)
         try:
-            response, call = self._method.inner(address).with_call(self._request,
-                                                                   **self._kwargs(n, address, previous))
+            if self._with_call:
+                response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
+            else:  # no call object wanted: grpcio's plain blocking call makes none
+                response, call = inner(self._request, **self._kwargs(n, address, previous)), None
         except grpc.RpcError as error:
             self._last = error, None
             code, details, trailing, _, initial = internals.sync_status(error)
