@@ -113,7 +113,6 @@ cpdef int transparent_kind(int code, details):
 
 cdef class _Attempt:
     cdef int previous       # its grpc-previous-rpc-attempts
-    cdef int address
     cdef long generation    # the picker's generation when it started
     cdef long sent          # messages it has written
     cdef bint live
@@ -342,10 +341,6 @@ cdef class CallMachine:
 
     # -- what the driver reads ----------------------------------------------------------------------------------
 
-    cpdef bytes message_at(self, long k):
-        """Message k, for a WRITE (or the unary request: message 0)."""
-        return self._messages[k - self.base]
-
     cpdef int previous(self, int n):
         """Attempt n's grpc-previous-rpc-attempts (the count the application's trailing metadata carries)."""
         return (<_Attempt>self._attempts[n]).previous
@@ -357,9 +352,6 @@ cdef class CallMachine:
             return False
         a = <_Attempt>self._attempts[n]
         return a.live and not a.writing and not a.closing and a.sent == self.total
-
-    cpdef int address(self, int n):
-        return (<_Attempt>self._attempts[n]).address
 
     @property
     def attempts(self):
@@ -381,10 +373,6 @@ cdef class CallMachine:
     @property
     def state_name(self):
         return STATE_NAMES[self.state]
-
-    @property
-    def used(self):
-        return self._used
 
     def __repr__(self):
         return (f"CallMachine({STATE_NAMES[self.state]}, counted={self.counted}/{self.max_attempts}, "
@@ -619,7 +607,6 @@ cdef class CallMachine:
         cdef _Attempt a = _Attempt()
         cdef int n = len(self._attempts)
         a.previous = previous
-        a.address = address
         a.generation = self.picker.generation
         a.live = True
         self._attempts.append(a)

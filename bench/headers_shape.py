@@ -10,35 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import statistics
 import time
 
 import grpc
-
-SERVICE = "bench.Shape"
-PAYLOAD = b"x" * 64
-
-
-def _serve(port_queue) -> None:
-    async def run():
-        server = grpc.aio.server()
-
-        async def unary(request, context):
-            return request
-
-        async def one(request, context):
-            yield request
-
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
-            "Unary": grpc.unary_unary_rpc_method_handler(unary),
-            "One": grpc.unary_stream_rpc_method_handler(one),
-        })])
-        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        await server.wait_for_termination()
-
-    asyncio.run(run())
+from overhead import PAYLOAD, SERVICE, start_server
 
 
 async def _measure(target: str, calls: int, rounds: int) -> dict:
@@ -78,11 +54,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--calls", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args(argv)
-    queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(queue,), daemon=True)
-    process.start()
+    process, target = start_server()
     try:
-        ratios = asyncio.run(_measure(f"127.0.0.1:{queue.get(timeout=30)}", args.calls, args.rounds))
+        ratios = asyncio.run(_measure(target, args.calls, args.rounds))
     finally:
         process.kill()
     result = {"grpcio": grpc.__version__, "headers_first_over_unary": ratios}

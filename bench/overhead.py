@@ -49,9 +49,13 @@ def _serve(port_queue) -> None:
             for _ in range(STREAM_MESSAGES):
                 yield request
 
+        async def one(request, context):  # a unary response in a streaming shape (bench/headers_shape.py)
+            yield request
+
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            "One": grpc.unary_stream_rpc_method_handler(one),
         })])
         port_queue.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()

@@ -68,7 +68,7 @@ class _Call(driver.CallDriver):
         self._watchers: Optional[Dict[int, asyncio.Task]] = None  # hedges: each one's watcher
         self._writes: Optional[Dict[int, asyncio.Task]] = None    # request streams: each attempt's write
         self._peek: Any = None       # the winner's first message, read before it won
-        self._reads: set = set()     # attempts whose first message is being read before they won
+        self._reads: Optional[set] = None  # attempts whose first message is being read before they won
 
     def _begin(self) -> None:
         self._act(self._machine.start(monotonic(), self._request))
@@ -202,7 +202,7 @@ class _Call(driver.CallDriver):
         if self._current == n:
             self._current = -1
         status = internals.aio_status(attempt)
-        if internals.aio_locally_cancelled(attempt):
+        if status is None or internals.aio_locally_cancelled(attempt):
             # Not by us (we forget an attempt before cancelling it): the application cancelled a task reading it,
             # and grpc.aio cancelled the RPC, as it does for its own calls.
             self._cancel(CANCELLED_DETAILS)
@@ -229,6 +229,8 @@ class _Call(driver.CallDriver):
         # Empty headers: real ones, or a Trailers-Only response whose status is a loop turn behind. Read ahead
         # (readers of n wait meanwhile): a message commits, the end does not, silence after the headers does.
         grace = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+        if self._reads is None:
+            self._reads = set()
         self._reads.add(n)
         try:
             message = await _read(attempt)
@@ -464,7 +466,7 @@ class _StreamResponse(_Call):
                         await self._next_change()
                         continue
                 attempt = self._attempts.get(n)
-                if attempt is None or n in self._reads:
+                if attempt is None or self._reads and n in self._reads:
                     await self._next_change()
                     continue
                 peek, self._peek = self._peek, None
@@ -503,7 +505,7 @@ class _StreamResponse(_Call):
         while not self._done:
             n = self._winner if self._winner >= 0 else (-1 if self._hedged else self._current)
             attempt = self._attempts.get(n)
-            if attempt is None or n in self._reads:
+            if attempt is None or self._reads and n in self._reads:
                 await self._next_change()
                 continue
             if self._winner != n:
