@@ -17,6 +17,9 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 import grpc
 
 SERVICE = "grpc_retry.test.Echo"
+# An attempt's `ended` is noted in the server's done callback, just after its status has left: a client that
+# measures from the status it received may start a moment before it.
+SERVER_END_LAG = 0.01
 UNARY = f"/{SERVICE}/Unary"
 SERVER_STREAM = f"/{SERVICE}/ServerStream"
 CLIENT_STREAM = f"/{SERVICE}/ClientStream"
