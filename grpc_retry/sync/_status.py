@@ -10,7 +10,24 @@ import grpc
 _OK = grpc.StatusCode.OK
 
 
-class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
+class _Ended(grpc.Call):
+    """What a call that has ended answers, whatever its status."""
+
+    def is_active(self):
+        return False
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def add_callback(self, callback):
+        return False
+
+
+
+class RpcError(grpc.RpcError, _Ended, grpc.Future):
     """A call's final non-OK status, frozen: what grpcio raises, with grpc_retry's trailing metadata."""
 
     def __init__(self, code: grpc.StatusCode, details: Optional[str], initial=(), trailing=(),
@@ -34,15 +51,6 @@ class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def debug_error_string(self):
         return self._debug
 
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def cancel(self):
-        return False
-
     def cancelled(self):
         return self._code == grpc.StatusCode.CANCELLED
 
@@ -64,9 +72,6 @@ class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def add_done_callback(self, fn):
         fn(self)
 
-    def add_callback(self, callback):
-        return False
-
     def __str__(self):
         return (f"<{type(self).__name__} of RPC that terminated with:\n\tstatus = {self._code}\n"
                 f"\tdetails = \"{self._details}\"\n\tdebug_error_string = \"{self._debug}\"\n>")
@@ -74,7 +79,7 @@ class RpcError(grpc.RpcError, grpc.Call, grpc.Future):
     __repr__ = __str__
 
 
-class FinishedCall(grpc.Call):
+class FinishedCall(_Ended):
     """The grpc.Call of a successful call whose trailing metadata grpc_retry extended."""
 
     def __init__(self, attempt: grpc.Call, trailing):
@@ -91,18 +96,6 @@ class FinishedCall(grpc.Call):
 
     def details(self):
         return self._attempt.details()
-
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def cancel(self):
-        return False
-
-    def add_callback(self, callback):
-        return False
 
 
 def local_error(code: grpc.StatusCode, details: str) -> RpcError:
