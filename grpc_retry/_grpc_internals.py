@@ -14,9 +14,6 @@ from typing import Any, Optional, Tuple
 
 from grpc._cython import cygrpc
 
-EOF = cygrpc.EOF
-
-
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
 

@@ -148,11 +148,6 @@ class Subchannels:
             self._kick(channel)
         return channel
 
-    def pick(self, used) -> int:
-        if self._eager and self._connected < len(self.addresses):
-            self._connect_all()
-        return self.picker.pick(used)
-
     def _connect_all(self) -> None:
         with self._lock:
             start, self._connected = self._connected, len(self.addresses)
@@ -238,7 +233,7 @@ class Subchannels:
 
     def _connect_next(self) -> None:
         if self.addresses and not self.closed:
-            index = self.pick(0)
+            index = self.picker.pick(0)
             if index >= 0 and self.picker.state(index) == _IDLE:
                 self.channel(index, connect=True)
 

@@ -171,10 +171,7 @@ class _Call(driver.CallDriver):
 
     def _deliver(self, n: int) -> None:
         attempt, previous = self._last, self._machine.previous(n)
-        status = internals.aio_status(attempt)
-        if status is None:  # cancelled before grpcio had a status for it
-            self._finish(_CANCELLED, CANCELLED_DETAILS, (), (), None)
-            return
+        status = internals.aio_status(attempt)  # never None: _ended() took such an attempt as cancelled
         code = STATUS_CODES[status.code()]
         trailing = status.trailing_metadata()
         if previous > 0:

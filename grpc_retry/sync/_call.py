@@ -189,8 +189,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
     the iterator (StreamingCall)."""
 
-    _stream_response = False
-
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator, serializer,
                  metadata, credentials, wait_for_ready, compression, registry):
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
@@ -443,12 +441,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         with self._lock:
             if ended or self._machine.winner == n or n not in self._live:
                 return None
-            if metadata:
-                self._note(self._answer(n))
-                if not self._claim_drain():
-                    return None
         if metadata:
-            self._drain()
+            self._event(lambda: self._answer(n), n)
             return None
         # Empty headers: real ones, or a Trailers-Only response whose status is a moment behind. Read ahead: a
         # message commits, the end does not, silence after the headers does.
@@ -669,8 +663,6 @@ class StreamingCall(Call):
     """A response stream: an iterator that is also a grpc.Call and a grpc.Future, as grpcio's. Once the call has
     committed, reads go straight to the winning attempt; before that, a reader reads ahead on the attempt in
     flight (not hedged), whose first message commits, or waits for a hedge to answer."""
-
-    _stream_response = True
 
     def __iter__(self):
         return self
