@@ -53,6 +53,7 @@ class Step:
     gate: Optional[threading.Event] = None
     respond: Optional[Callable[[List[bytes], int], bytes]] = None
     headers_lead: float = 0.0
+    hold_after: Optional[int] = None
 
 
 def fail(code=grpc.StatusCode.UNAVAILABLE, details="scripted failure", **kw) -> Step:
@@ -249,6 +250,10 @@ class Backend:
         self._gate(step)
         self._headers(context, step)
         for i in range(step.responses if step.responses is not None else 3):
+            if i == step.hold_after:
+                self._hold(attempt, 0)
+                if attempt.done.is_set():
+                    return
             yield step.respond([request], i) if step.respond else request + b"#%d" % i
         self._end(context, step)
 

@@ -1,0 +1,159 @@
+"""The defects the chaos soak found, each against real servers, each bounded so that a regression fails the test
+instead of hanging the suite:
+
+- sync: a failed stream-unary attempt whose status came before its headers froze its backend's grpcio channel
+  (a done callback on grpcio's own thread asked it for initial_metadata());
+- sync: cancel() while another thread waits in code() / result() of a response stream left that thread stuck;
+- asyncio: cancelling the task that awaits a call with a done callback let the call run on to OK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any, Callable
+
+import grpc
+import pytest
+from support.backend import CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
+
+import grpc_retry
+import grpc_retry.aio
+
+SERVICE = "grpc_retry.test.Echo"
+RETRY = json.dumps({"methodConfig": [{"name": [{"service": SERVICE}], "retryPolicy": {
+    "maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
+    "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+HEDGING = json.dumps({"methodConfig": [{"name": [{"service": SERVICE}], "hedgingPolicy": {
+    "maxAttempts": 2, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})
+POLICIES = {"none": None, "retry": RETRY, "hedging": HEDGING}
+
+
+def within(seconds: float, fn: Callable[[], Any], what: str) -> Any:
+    """fn() on another thread; fails (never hangs) if it has not returned within `seconds`."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as error:  # noqa: B036 - handed back to the test
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="within", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{what} still blocked after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def sync_channel(backend: Backend, policy: str) -> grpc.Channel:
+    config = POLICIES[policy]
+    return grpc_retry.insecure_channel(backend.target, options=[] if config is None else
+                                       [("grpc.service_config", config)])
+
+
+def code_of(fn: Callable[[], Any]) -> grpc.StatusCode:
+    try:
+        fn()
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK
+
+
+# -- sync stream-unary: an attempt whose status came before its headers ------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+@pytest.mark.parametrize("fault", ["deadline", "trailers_only"])
+def test_sync_stream_unary_status_before_headers_leaves_the_backend_usable(backend, policy, fault):
+    attempts = {"none": 1, "retry": 3, "hedging": 2}[policy]
+    if fault == "deadline":  # every attempt held until the client gives up
+        backend.script(CLIENT_STREAM, *[Step(wait=0)] * (1 if policy == "retry" else attempts))
+        expected, timeout = grpc.StatusCode.DEADLINE_EXCEEDED, 0.2
+    else:  # Trailers-Only UNAVAILABLE on every attempt
+        backend.script(CLIENT_STREAM, *[fail()] * attempts)
+        expected, timeout = grpc.StatusCode.UNAVAILABLE, 5
+    channel = sync_channel(backend, policy)
+    method = channel.stream_unary(CLIENT_STREAM)
+    future = method.future(iter([b"a", b"b"]), timeout=timeout)
+    # The future ends on time ...
+    assert within(5, lambda: code_of(lambda: future.result(timeout=4)), "future.result()") == expected
+    assert within(2, future.code, "future.code()") == expected
+    # ... and the backend's channel still carries calls: the next one succeeds.
+    assert within(5, lambda: method(iter([b"c"]), timeout=4), "the next call") == b"c"
+    within(2, future.cancel, "cancel()")
+    within(2, channel.close, "channel.close()")
+
+
+# -- sync response streams: cancel() while another thread waits for the status --------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+@pytest.mark.parametrize("wait_in", ["code", "details", "result", "exception"])
+@pytest.mark.parametrize("read", [0, 1])
+def test_sync_cancel_wakes_a_thread_waiting_for_a_response_streams_status(backend, policy, wait_in, read):
+    # The attempt runs until cancelled: before any response, or after the first (which the application reads).
+    backend.script(SERVER_STREAM, *[Step(wait=0) if read == 0 else Step(hold_after=1)] * 2)
+    channel = sync_channel(backend, policy)
+    call = channel.unary_stream(SERVER_STREAM)(b"x", timeout=30)
+    backend.wait_attempts(SERVER_STREAM, 1, timeout=5)
+    for _ in range(read):
+        assert within(5, lambda: next(call), "next(call)") == b"x#0"
+    waiting = threading.Event()
+    seen: dict = {}
+
+    def waiter():
+        waiting.set()
+        try:
+            seen["value"] = getattr(call, wait_in)()
+        except BaseException as error:  # noqa: B036
+            seen["value"] = type(error)
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    waiting.wait(5)
+    time.sleep(0.05)  # no event says "blocked inside code()"; cancelling earlier tests the same end, less well
+    assert call.cancel()
+    thread.join(2)
+    assert not thread.is_alive(), f"{wait_in}() still blocked 2 s after cancel()"
+    expected = {"code": grpc.StatusCode.CANCELLED, "details": "Locally cancelled by application!",
+                "result": grpc.FutureCancelledError, "exception": grpc.FutureCancelledError}[wait_in]
+    assert seen["value"] == expected
+    attempt = backend.wait_ended(SERVER_STREAM, 1, timeout=5)[0]
+    assert attempt.cancelled
+    within(2, channel.close, "channel.close()")
+
+
+# -- asyncio: cancelling the task that awaits a call with a done callback ------------------------------------------
+
+
+async def _timed_out_call(make_channel, backend: Backend, policy: str):
+    backend.script(UNARY, *[Step(wait=1.0)] * 3)  # each attempt would answer OK after 1 s
+    config = POLICIES[policy]
+    async with make_channel(backend.target, options=[] if config is None else
+                            [("grpc.service_config", config)]) as channel:
+        call = channel.unary_unary(UNARY)(b"x", timeout=10)
+        reported = asyncio.get_running_loop().create_future()
+        call.add_done_callback(lambda c: reported.done() or reported.set_result(c))
+        await asyncio.sleep(0.01)  # the loop runs before anyone awaits the call
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call, 0.2)
+        done = await asyncio.wait_for(reported, 2)
+        elapsed = time.monotonic() - started
+        return call.cancelled(), await call.code(), await done.code(), elapsed
+
+
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+async def test_aio_cancelling_the_awaiting_task_cancels_a_call_with_a_done_callback(backend, policy):
+    cancelled, code, reported, elapsed = await _timed_out_call(grpc_retry.aio.insecure_channel, backend, policy)
+    attempts = backend.wait_ended(UNARY, 1, timeout=5)
+    expected = await _timed_out_call(grpc.aio.insecure_channel, Backend(), "none")  # grpc.aio, side by side
+    assert (cancelled, code, reported) == expected[:3] == (True, grpc.StatusCode.CANCELLED,
+                                                           grpc.StatusCode.CANCELLED)
+    assert elapsed < 0.9, "the call ran on after its task was cancelled"
+    assert all(a.cancelled for a in attempts), "an attempt ran on at the server after its call was cancelled"
