@@ -1,5 +1,5 @@
 """What one grpc_retry channel shares among its calls, sync or aio: options, per-method policies, the
-channel-wide replay budget, and the throttle of its server name."""
+channel-wide replay budget, the throttle of its server name, and the calls in flight (which close() ends)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 
 class ChannelState:
-    __slots__ = ("target", "options", "pool", "throttle", "rng", "_policies")
+    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "_policies")
 
     def __init__(self, target: str, options: OptionsType):
         if not isinstance(target, str) or not target:
@@ -45,6 +45,10 @@ class ChannelState:
         self.pool = BufferPool(self.options.channel_buffer)
         self.throttle = throttle_for(target, self.options.service_config.retry_throttling)
         self.rng = random.random
+        # Calls whose attempts the channel does not run inline: each adds itself as it starts and removes itself
+        # as it ends, exactly once.
+        self.calls: set = set()
+        self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
 
     def policy(self, method: str) -> CallPolicy:

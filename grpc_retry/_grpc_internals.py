@@ -10,6 +10,7 @@ good (the headers it waits for are delivered by that very thread); so the driver
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Optional, Tuple
 
 from grpc._cython import cygrpc
@@ -104,6 +105,18 @@ def sync_wait_end(call: Any) -> None:
 def sync_response(call: Any) -> Any:
     """The response of a sync unary attempt that ended OK."""
     return call._state.response
+
+
+def sync_connectivity(channel: Any, try_to_connect: bool) -> int:
+    """A sync grpcio channel's connectivity state (grpc.ChannelConnectivity's number); `try_to_connect` starts a
+    connection if it is IDLE. grpcio's public way, subscribe(), starts a poller thread of grpcio's own."""
+    return channel._channel.check_connectivity_state(try_to_connect)
+
+
+def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
+    """Block until the channel's state differs from `last` (True) or `timeout` passes (False). Raises ValueError
+    once the channel is closed. grpcio's close waits for a watch in progress to end."""
+    return bool(channel._channel.watch_connectivity_state(last, time.time() + timeout).success)
 
 
 def _decode(value: Any) -> Optional[str]:

@@ -22,7 +22,7 @@ class Method:
     the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "subchannels", "attempt_streams", "unary_response")
+                 "subchannels", "calls", "attempt_streams", "unary_response")
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer, deserializer, kind: str):
         self._state = state
@@ -36,6 +36,7 @@ class Method:
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         self.unary_response = kind in ("unary_unary", "stream_unary")
         self.subchannels = subchannels
+        self.calls = state.calls
         self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)
 
     def inner(self, index: int) -> Any:
@@ -56,6 +57,9 @@ class Method:
         except Exception:
             log.exception("request serializer failed")
             return None
+
+    def closed(self) -> bool:
+        return self._state.closed
 
     def deserialize(self, message: bytes) -> Any:
         """A response for the application, or UNDESERIALIZABLE (the call then fails INTERNAL)."""

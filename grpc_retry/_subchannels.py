@@ -18,6 +18,7 @@ from typing import Callable, List, Optional
 
 import grpc
 
+from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
 from grpc_retry._options import RetryOptions
 from grpc_retry._resolver import parse_target, resolve
@@ -29,6 +30,8 @@ _IDLE = 0
 _READY = 2
 _TRANSIENT_FAILURE = 3
 _SHUTDOWN = 4
+# Sync subchannels: the longest a connectivity watch blocks before it looks whether its subchannel was closed.
+POLL = 0.2
 
 
 class Subchannels:
@@ -288,16 +291,30 @@ class SyncSubchannels(Subchannels):
         return grpc.secure_channel(address, self._credentials, options=self._options, compression=self._compression)
 
     def _watch(self, index: int, channel: grpc.Channel, connect: bool) -> None:
-        channel.subscribe(lambda state: self.on_state(index, state.value[0]), try_to_connect=connect)
+        threading.Thread(target=self._poll, args=(index, channel, connect), name="grpc_retry-connectivity",
+                         daemon=True).start()
+
+    def _poll(self, index: int, channel: grpc.Channel, connect: bool) -> None:
+        """A subchannel's connectivity, watched until it is closed (as grpcio's subscribe() does, on a thread of
+        ours: grpcio's poller dies with a traceback when the channel closes between two of its watches)."""
+        try:
+            state = internals.sync_connectivity(channel, connect)
+            while self._channels[index] is channel:  # not closed, nor replaced
+                self.on_state(index, state)
+                while not internals.sync_watch_connectivity(channel, state, POLL):
+                    if self._channels[index] is not channel:
+                        return
+                state = internals.sync_connectivity(channel, False)
+        except ValueError:  # closed
+            return
 
     def _close_channel(self, channel) -> None:
-        channel.close()
+        """Close a subchannel on a thread of its own: grpcio's close cancels the subchannel's calls at once, then
+        waits for the connectivity watch in progress (up to POLL seconds), which is not the caller's wait."""
+        threading.Thread(target=channel.close, name="grpc_retry-close", daemon=True).start()
 
     def _kick(self, channel) -> None:
-        def noop(state):
-            pass
-        channel.subscribe(noop, try_to_connect=True)
-        channel.unsubscribe(noop)
+        internals.sync_connectivity(channel, True)
 
     def wait_change(self, timeout: Optional[float], since: Optional[int] = None,
                     event: Optional[threading.Event] = None) -> None:
@@ -320,7 +337,7 @@ class SyncSubchannels(Subchannels):
         self._stop_timers()
         for channel in channels:
             if channel is not None:
-                channel.close()
+                self._close_channel(channel)
         self._notify()
 
 

@@ -1,5 +1,6 @@
-"""One timer thread per process for the sync API's backoff delays: a heap and a condition, so that 1,000
-calls in backoff cost one thread, not 1,000."""
+"""One timer thread per process for the sync API's delays (backoff, hedging, grace): a heap and a condition,
+so that 1,000 calls in backoff cost one thread, not 1,000. The thread runs only while timers are pending (and
+a moment after, for the next): a process whose channels are closed holds none."""
 
 from __future__ import annotations
 
@@ -13,16 +14,23 @@ from typing import Callable, List, Optional, Tuple
 log = logging.getLogger("grpc_retry")
 
 
-class TimerHandle:
-    __slots__ = ("callback", "cancelled")
+# How long the thread waits for a new timer once none is pending, before it ends.
+LINGER = 0.05
 
-    def __init__(self, callback: Callable[[], None]):
+
+class TimerHandle:
+    __slots__ = ("callback", "cancelled", "_timers")
+
+    def __init__(self, callback: Callable[[], None], timers: Timers):
         self.callback = callback
         self.cancelled = False
+        self._timers = timers
 
     def cancel(self) -> None:
-        self.cancelled = True
-        self.callback = None  # drop references to the call at once
+        if not self.cancelled:
+            self.cancelled = True
+            self.callback = None  # drop references to the call at once
+            self._timers._cancelled()
 
 
 class Timers:
@@ -33,14 +41,20 @@ class Timers:
         self._thread: Optional[threading.Thread] = None
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        handle = TimerHandle(callback)
+        handle = TimerHandle(callback, self)
         with self._cond:
             heapq.heappush(self._heap, (monotonic() + max(delay, 0.0), next(self._seq), handle))
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grpc_retry-timers", daemon=True)
                 self._thread.start()
             self._cond.notify()
         return handle
+
+    def _cancelled(self) -> None:
+        """A timer was cancelled: if it was the next one due, the thread looks again (and may end)."""
+        with self._cond:
+            if self._heap and self._heap[0][2].cancelled:
+                self._cond.notify()
 
     def pending(self) -> int:
         with self._cond:
@@ -53,7 +67,9 @@ class Timers:
                     while self._heap and self._heap[0][2].cancelled:
                         heapq.heappop(self._heap)
                     if not self._heap:
-                        self._cond.wait()
+                        if not self._cond.wait(LINGER) and not self._heap:
+                            self._thread = None  # under the lock: the next schedule() starts a new thread
+                            return
                         continue
                     when, _, handle = self._heap[0]
                     wait = when - monotonic()

@@ -39,11 +39,13 @@ class _Call(driver.CallDriver):
     __slots__ = (
         "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "__weakref__",
+        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
                  wait_for_ready: Optional[bool], compression, stream_request: bool):
+        if method.closed():
+            raise grpc.aio.UsageError("Channel is closed.")  # as grpc.aio, at the call site
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          stream_request)
         self._loop = asyncio.get_running_loop()
@@ -69,8 +71,10 @@ class _Call(driver.CallDriver):
         self._writes: Optional[Dict[int, asyncio.Task]] = None    # request streams: each attempt's write
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[set] = None  # attempts whose first message is being read before they won
+        self._delivered = False      # a response message reached the application
 
     def _begin(self) -> None:
+        self._method.calls.add(self)
         self._act(self._machine.start(monotonic(), self._request))
 
     # -- actions ----------------------------------------------------------------------------------------------
@@ -79,10 +83,15 @@ class _Call(driver.CallDriver):
         method = self._method
         driver.trace_attempt(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
-        attempt = method.inner(address)(
-            self._request, timeout=None if deadline == INF else deadline - monotonic(),
-            metadata=driver.attempt_metadata(self._metadata, previous), credentials=self._credentials,
-            wait_for_ready=self._grpc_wfr, compression=self._compression)
+        try:
+            attempt = method.inner(address)(
+                self._request, timeout=None if deadline == INF else deadline - monotonic(),
+                metadata=driver.attempt_metadata(self._metadata, previous), credentials=self._credentials,
+                wait_for_ready=self._grpc_wfr, compression=self._compression)
+        except Exception as error:  # grpc.aio refused the call
+            log.error("grpc_retry could not start an attempt: %r", error)
+            self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
+            return
         self._attempts[n] = attempt
         if self._hedged:
             if self._watchers is None:
@@ -182,8 +191,8 @@ class _Call(driver.CallDriver):
             if self._response is UNDESERIALIZABLE:
                 self._finish(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED, (), (), None)
                 return
-        self._finish(code, status.details(), initial, trailing,
-                     None if code is _OK else status.debug_error_string())
+        self._finish(code, driver.grpc_details(status.details(), bool(initial) or self._delivered), initial,
+                     trailing, None if code is _OK else status.debug_error_string())
 
     def _end(self, code: int) -> None:
         status, details = driver.local_status(code, self._local_details, self._method.subchannels)
@@ -230,7 +239,12 @@ class _Call(driver.CallDriver):
             self._reads = set()
         self._reads.add(n)
         try:
-            message = await _read(attempt)
+            if self._method.attempt_streams:
+                message = await _read(attempt)
+            else:  # a stream-unary attempt: its response comes with its end
+                task = internals.aio_unary_task(attempt)
+                await asyncio.wait((task,))
+                message = _EOF if task.cancelled() else task.result()
         finally:
             grace.cancel()
             self._reads.discard(n)
@@ -272,6 +286,7 @@ class _Call(driver.CallDriver):
 
     def _finish(self, code: grpc.StatusCode, details: Optional[str], initial, trailing, debug: Optional[str]):
         self._done = True
+        self._method.calls.discard(self)
         self._code, self._details, self._debug = code, details, debug
         self._initial, self._trailing = initial, trailing
         self._stop_tasks()
@@ -485,6 +500,7 @@ class _StreamResponse(_Call):
         if response is UNDESERIALIZABLE:
             self._cancel(DESERIALIZE_FAILED, 13)
             self._raise_if_failed()
+        self._delivered = True
         return response
 
     def __aiter__(self) -> AsyncIterator[Any]:

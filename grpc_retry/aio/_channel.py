@@ -205,7 +205,23 @@ class Channel(RetryStatistics, _base_channel.Channel):
             state = self.get_state(try_to_connect=True)
 
     async def close(self, grace: Optional[float] = None) -> None:
-        await self._subchannels.close(grace)
+        """As grpc.aio: new calls are refused at once; the calls in flight may run until `grace` ends, then
+        are cancelled (with every timer and task of theirs); then the subchannels close."""
+        state = self._state
+        if state.closed:
+            return
+        if grace is not None and grace < 0:
+            raise ValueError(f"grace must be non-negative, got {grace}.")
+        state.closed = True
+        calls = list(state.calls)
+        if grace and calls:
+            waits = [asyncio.ensure_future(call._until_done()) for call in calls]
+            await asyncio.wait(waits, timeout=grace)
+            for wait in waits:
+                wait.cancel()
+        for call in calls:
+            call.cancel()
+        await self._subchannels.close(None)
 
     async def __aenter__(self) -> Channel:
         return self

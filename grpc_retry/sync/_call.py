@@ -12,7 +12,6 @@ is watched from a small shared pool until it answers or ends; whoever reads a re
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import threading
 from time import monotonic
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
@@ -21,7 +20,7 @@ import grpc
 
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, local_status, log
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
 from grpc_retry._driver import attempt_metadata as metadata_of_attempt
 from grpc_retry._driver import trace_attempt as trace
 from grpc_retry._driver import trailing_with_attempts as trailing_of
@@ -35,17 +34,6 @@ _HALF_CLOSE = object()
 # As the asyncio driver: silence this long after empty response headers means they were real headers, not a
 # Trailers-Only response whose status is a moment behind.
 HEADERS_GRACE = 0.05
-
-_watchers: Optional[concurrent.futures.ThreadPoolExecutor] = None
-_watchers_lock = threading.Lock()
-
-
-def _watch_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _watchers
-    with _watchers_lock:
-        if _watchers is None:
-            _watchers = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="grpc_retry-hedge")
-        return _watchers
 
 
 class _Attempts(CallDriver):
@@ -69,15 +57,17 @@ class _Attempts(CallDriver):
                     metadata=metadata_of_attempt(self._metadata, previous), credentials=self._credentials,
                     wait_for_ready=self._grpc_wfr, compression=self._compression)
 
-    def _outcome(self, call: Any, previous: int, response: Any) -> None:
-        """The call ends with ended attempt `call`'s result (None: it succeeded, and only its response is wanted)."""
+    def _outcome(self, call: Any, previous: int, response: Any, delivered: bool = False) -> None:
+        """The call ends with ended attempt `call`'s result (None: it succeeded, and only its response is wanted).
+        `delivered`: a response message of it reached the application."""
         trailing = None
         if call is not None and (previous > 0 or internals.sync_code(call) is not _OK):
             code, details, trailing, debug, initial = internals.sync_status(call)
             if previous > 0:
                 trailing = trailing_of(trailing, previous)
             if code is not _OK:
-                self._error = RpcError(code, details, initial, trailing, debug)
+                self._error = RpcError(code, grpc_details(details, delivered or bool(initial)), initial, trailing,
+                                       debug)
                 return
         if response is not None and self._method.deserializer is not None:
             response = self._method.deserialize(response)
@@ -108,6 +98,22 @@ class BlockingCall(_Attempts):
 
     def run(self, with_call: bool):
         self._with_call = with_call
+        calls = self._method.calls
+        calls.add(self)
+        try:
+            return self._run()
+        finally:
+            calls.discard(self)
+
+    def close_channel(self) -> bool:
+        """The channel is closing: True, as an attempt of this call may be in a blocking grpcio call, which only
+        the subchannel's close ends. A wait for backoff or for a subchannel ends by itself on the close."""
+        return True
+
+    def closed(self, timeout: float) -> None:
+        pass  # the caller's thread ends it
+
+    def _run(self):
         machine = self._machine
         subchannels = self._method.subchannels
         actions = machine.start(monotonic(), self._request)
@@ -134,7 +140,7 @@ class BlockingCall(_Attempts):
                 actions = []
         if self._error is not None:
             raise self._error
-        return (self._response, self._final) if with_call else self._response
+        return (self._response, self._final) if self._with_call else self._response
 
     def _attempt(self, n: int, address: int, previous: int) -> list:
         self._next = None
@@ -190,7 +196,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     the iterator (StreamingCall)."""
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator, serializer,
-                 metadata, credentials, wait_for_ready, compression, registry):
+                 metadata, credentials, wait_for_ready, compression):
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          request_iterator is not None)
         self._lock = threading.Lock()
@@ -207,22 +213,26 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._reads: Set[int] = set()         # attempts whose first message is being read before they won
         self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
         self._timer: Any = None
-        self._timer_token = 0                 # bumped by each TIMER: a timer armed before is stale
-        self._wait_token = 0                  # bumped by each WAIT and UNWAIT: a listener from before is stale
+        # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
+        # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
+        self._timer_token = 0
+        self._wait_token = 0
+        self._tokens: Deque[int] = collections.deque()
         self._listener: Optional[Callable[[], None]] = None
         self._ending = False                  # the machine has decided the end
         self._done = threading.Event()
         self._local_details = CANCELLED_DETAILS
+        self._delivered = False               # a response message reached the application
         self._call_callbacks: List[Callable[[], None]] = []
         self._done_callbacks: List[Callable[[Any], None]] = []
-        self._registry = registry
+        self._calls = method.calls
         # request streams
         self._requests = None if request_iterator is None else iter(request_iterator)
         self._serializer = serializer
         self._outboxes: Dict[int, Deque[Any]] = {}
         self._pulling = False
         self._exhausted = request_iterator is None
-        registry.add(self)
+        self._calls.add(self)
         self._event(lambda: machine.start(monotonic(), request))
 
     # -- events: decided under the lock, performed outside it --------------------------------------------------
@@ -256,7 +266,11 @@ class Call(_Attempts, grpc.Call, grpc.Future):
                 self._live.discard(action[1])
             elif kind == TIMER:
                 self._timer_token += 1
-            elif kind == WAIT or kind == UNWAIT:
+                self._tokens.append(self._timer_token)
+            elif kind == WAIT:
+                self._wait_token += 1
+                self._tokens.append(self._wait_token)
+            elif kind == UNWAIT:
                 self._wait_token += 1
             elif kind == DELIVER or kind == END:
                 self._ending = True
@@ -269,7 +283,11 @@ class Call(_Attempts, grpc.Call, grpc.Future):
                     self._draining = False
                     return
                 action = self._queue.popleft()
-            self._act((action,))
+            try:
+                self._act((action,))
+            except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
+                log.exception("grpc_retry could not perform %r", action)
+                self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------
 
@@ -280,21 +298,36 @@ class Call(_Attempts, grpc.Call, grpc.Future):
             if self._requests is not None:
                 self._outboxes[n] = collections.deque()
         method = self._method
-        inner = method.inner(address)
-        kwargs = self._kwargs(n, address, previous)
-        payload = self._request if self._requests is None else self._attempt_requests(n)
-        call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
+        try:
+            inner = method.inner(address)
+            kwargs = self._kwargs(n, address, previous)
+            payload = self._request if self._requests is None else self._attempt_requests(n)
+            call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
+        except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
+            self._not_started(error)
+            return
         with self._lock:
             self._attempts[n] = call
             if not self._hedged:
                 self._current = n
             self._changed.notify_all()
         if self._hedged:
-            _watch_pool().submit(self._watch, n, call)
+            try:
+                method.workers.submit(self._watch, n, call)
+            except RuntimeError as error:  # the channel closed meanwhile
+                self._not_started(error)
+                return
             if method.unary_response:
                 return  # its watcher reports its end, once it has its response
         if not call.add_callback(lambda: self._ended(n, call)):
             self._ended(n, call)
+
+    def _not_started(self, error: Exception) -> None:
+        if self._method.closed():
+            self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+        else:
+            log.error("grpc_retry could not start an attempt: %r", error)
+            self._fail(grpc.StatusCode.INTERNAL, f"grpc_retry could not start an attempt: {error!r}")
 
     def _write(self, n: int, data: bytes) -> None:
         self._to_outbox(n, data)
@@ -327,7 +360,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     def _arm(self, at: float) -> None:
         with self._lock:
             timer, self._timer = self._timer, None
-            token = self._timer_token
+            token = self._tokens.popleft()
         if timer is not None:
             timer.cancel()
         if at != INF:
@@ -346,7 +379,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._event(lambda: self._machine.timer(monotonic()) if self._timer_token == token else [])
 
     def _wait(self, generation: int) -> None:
-        token = self._wait_token
+        with self._lock:
+            token = self._tokens.popleft()
 
         def listener() -> None:
             self._event(lambda: self._machine.subchannels_changed(monotonic()) if self._wait_token == token
@@ -363,7 +397,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
 
     def _deliver(self, n: int) -> None:
         call, response = self._last
-        self._outcome(call, self._machine.previous(n), response)
+        self._outcome(call, self._machine.previous(n), response, self._delivered)
         self._finish()
 
     def _end(self, code: int) -> None:
@@ -381,7 +415,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         if timer is not None:
             timer.cancel()
         self._unwait()
-        self._registry.discard(self)
+        self._calls.discard(self)
         for callback in call_callbacks:
             _run_callback(callback)
         for callback in done_callbacks:
@@ -576,7 +610,27 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     def cancel(self) -> bool:
         return self._fail(grpc.StatusCode.CANCELLED, CANCELLED_DETAILS)
 
-    def close_channel(self) -> None:
+    def close_channel(self) -> bool:
+        """The channel is closing. True: an attempt is in flight, which the subchannel's close ends, as grpcio's
+        close ends its own calls (then closed()). Otherwise the call ends CANCELLED now (or has ended)."""
+        with self._lock:
+            if self._ending:
+                return False
+            if self._live:
+                return True
+        self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+        return False
+
+    def closed(self, timeout: float) -> None:
+        """After the subchannels' close: wait (at most `timeout`) for it to end the call's attempts, then end the
+        call if that did not (its last attempt may have failed just before, and the call gone into backoff)."""
+        deadline = monotonic() + timeout
+        with self._lock:
+            while self._live and not self._done.is_set():
+                left = deadline - monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
         self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
 
     # -- grpc.Future ----------------------------------------------------------------------------------------------
@@ -688,6 +742,7 @@ class StreamingCall(Call):
                 if response is UNDESERIALIZABLE:
                     self._fail(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
                     raise self._error
+                self._delivered = True
                 return response
             with self._lock:
                 self._until_told(n)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
+from time import monotonic
 from typing import Optional
 
 import grpc
@@ -17,21 +17,23 @@ from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import SyncSubchannels
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._status import local_error
+from grpc_retry.sync._workers import Workers
 
 _INF = math.inf
+CLOSED_CHANNEL = "Cannot invoke RPC on closed channel!"  # grpcio's words
+# close(): how long the calls whose attempts grpcio's close cancels may take to hear it (milliseconds, in practice)
+# before grpc_retry ends them itself.
+CLOSE_WAIT = 1.0
 
 
 class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
-    __slots__ = ("_channel",)
+    __slots__ = ("workers",)
 
     def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
-        self._channel = channel
-
-    def closed(self) -> bool:
-        return self._channel._closed
+        self.workers = channel._workers
 
     def _request_bytes(self, request) -> bytes:
         data = self._serialize(request)
@@ -41,13 +43,17 @@ class _MultiCallable(Method):
 
     def _call(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
         """The non-blocking call object (a future; for response streams, also the iterator)."""
+        if self._state.closed:
+            raise ValueError(CLOSED_CHANNEL)
         machine = self._machine(timeout, wait_for_ready, request_iterator is None)
         cls = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
-                   wait_for_ready, compression, self._channel._calls)
+                   wait_for_ready, compression)
 
     def _blocking(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
                   with_call: bool):
+        if self._state.closed:
+            raise ValueError(CLOSED_CHANNEL)
         if request_iterator is None and not self._policy.hedging:
             # The hot path: attempts inline on the caller's thread, as grpcio's own blocking call.
             machine = self._machine(timeout, wait_for_ready, True)
@@ -122,10 +128,9 @@ class Channel(RetryStatistics, grpc.Channel):
                  compression: Optional[grpc.Compression]):
         self._state = ChannelState(target, options)
         self._subchannels = SyncSubchannels(target, self._state.options, credentials, compression)
-        self._calls: weakref.WeakSet = weakref.WeakSet()  # non-blocking calls still running
-        self._calls_lock = threading.Lock()
+        self._workers = Workers("grpc_retry-hedge")
+        self._lock = threading.Lock()
         self._subscriptions: list = []
-        self._closed = False
 
     def unary_unary(self, method, request_serializer=None, response_deserializer=None,
                     _registered_method=False) -> UnaryUnaryMultiCallable:
@@ -148,7 +153,7 @@ class Channel(RetryStatistics, grpc.Channel):
         """As grpc.Channel.subscribe, for the channel's aggregate connectivity (READY if any subchannel is):
         `callback` gets the current state at once (on another thread), then each change."""
         subscription = _Subscription(self._subchannels, callback)
-        with self._calls_lock:
+        with self._lock:
             self._subscriptions.append(subscription)
         self._subchannels.watch(subscription)
         if try_to_connect:
@@ -156,7 +161,7 @@ class Channel(RetryStatistics, grpc.Channel):
         threading.Thread(target=subscription, name="grpc_retry-connectivity", daemon=True).start()
 
     def unsubscribe(self, callback) -> None:
-        with self._calls_lock:
+        with self._lock:
             for subscription in self._subscriptions:
                 if subscription.callback == callback:
                     self._subscriptions.remove(subscription)
@@ -164,15 +169,24 @@ class Channel(RetryStatistics, grpc.Channel):
                     return
 
     def close(self) -> None:
-        """End every call and timer this channel owns, then close the subchannels."""
-        self._closed = True
-        for call in list(self._calls):
-            call.close_channel()
-        with self._calls_lock:
+        """As grpcio's: every call ends CANCELLED before this returns — one with an attempt in flight as grpcio's
+        close ends that attempt, one in backoff or waiting for a subchannel with grpcio's words — and so does
+        every timer and thread the channel started. grpcio's close of a subchannel then waits up to 200 ms for
+        its connectivity poller: on a thread of its own, not the caller's."""
+        with self._lock:
+            state = self._state
+            if state.closed:
+                return
+            state.closed = True
             subscriptions, self._subscriptions = self._subscriptions, []
+        in_flight = [call for call in list(state.calls) if call.close_channel()]
         for subscription in subscriptions:
             self._subchannels.watch(subscription, add=False)
+        self._workers.close()
         self._subchannels.close()
+        deadline = monotonic() + CLOSE_WAIT
+        for call in in_flight:
+            call.closed(deadline - monotonic())
 
     def __enter__(self) -> Channel:
         return self

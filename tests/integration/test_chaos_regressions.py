@@ -151,9 +151,28 @@ async def _timed_out_call(make_channel, backend: Backend, policy: str):
 @pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
 async def test_aio_cancelling_the_awaiting_task_cancels_a_call_with_a_done_callback(backend, policy):
     cancelled, code, reported, elapsed = await _timed_out_call(grpc_retry.aio.insecure_channel, backend, policy)
-    attempts = backend.wait_ended(UNARY, 1, timeout=5)
+    attempts = backend.wait_all_ended(UNARY, timeout=5)
     expected = await _timed_out_call(grpc.aio.insecure_channel, Backend(), "none")  # grpc.aio, side by side
     assert (cancelled, code, reported) == expected[:3] == (True, grpc.StatusCode.CANCELLED,
                                                            grpc.StatusCode.CANCELLED)
     assert elapsed < 0.9, "the call ran on after its task was cancelled"
     assert all(a.cancelled for a in attempts), "an attempt ran on at the server after its call was cancelled"
+
+
+# -- hedged stream-unary calls whose servers answer late, with no headers ahead --------------------------------------
+
+
+async def test_aio_hedged_stream_unary_answered_late_completes(backend):
+    backend.script(CLIENT_STREAM, *[Step(wait=0.1)] * 2)  # each hedge answers after 0.1 s, headers and all at once
+    async with grpc_retry.aio.insecure_channel(backend.target, options=[("grpc.service_config", HEDGING)]) as ch:
+        call = ch.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=10)
+        assert await asyncio.wait_for(call, 5) == b"a|b"
+    assert len(backend.attempts_of(CLIENT_STREAM)) == 2
+
+
+def test_sync_hedged_stream_unary_answered_late_completes(backend):
+    backend.script(CLIENT_STREAM, *[Step(wait=0.1)] * 2)
+    with sync_channel(backend, "hedging") as channel:
+        assert within(5, lambda: channel.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=10),
+                      "the call") == b"a|b"
+    assert len(backend.attempts_of(CLIENT_STREAM)) == 2

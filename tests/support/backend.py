@@ -147,6 +147,10 @@ class Backend:
                       f"{count} ended attempts of {method}")
         return self.attempts_of(method)
 
+    def wait_all_ended(self, method: str, timeout: float = 10.0) -> List[Attempt]:
+        """Block until every attempt of `method` seen so far has ended; return them."""
+        return self.wait_ended(method, len(self.attempts_of(method)), timeout)
+
     def event_when(self, predicate: Callable[[], bool], timeout: float = 10.0) -> threading.Event:
         """An event that a helper thread sets once predicate() holds (or after `timeout`): for request streams
         that must pause until the server has done something (see tests/support/clients.Gate)."""
