@@ -89,6 +89,25 @@ def test_sync_stream_unary_status_before_headers_leaves_the_backend_usable(backe
     within(2, channel.close, "channel.close()")
 
 
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+@pytest.mark.parametrize("fault", ["deadline", "trailers_only"])
+async def test_aio_stream_unary_status_before_headers_leaves_the_backend_usable(backend, policy, fault):
+    attempts = {"none": 1, "retry": 3, "hedging": 2}[policy]
+    if fault == "deadline":
+        backend.script(CLIENT_STREAM, *[Step(wait=0)] * (1 if policy == "retry" else attempts))
+        expected, timeout = grpc.StatusCode.DEADLINE_EXCEEDED, 0.2
+    else:
+        backend.script(CLIENT_STREAM, *[fail()] * attempts)
+        expected, timeout = grpc.StatusCode.UNAVAILABLE, 5
+    config = POLICIES[policy]
+    async with grpc_retry.aio.insecure_channel(backend.target, options=[] if config is None else
+                                               [("grpc.service_config", config)]) as channel:
+        method = channel.stream_unary(CLIENT_STREAM)
+        call = method(iter([b"a", b"b"]), timeout=timeout)
+        assert await asyncio.wait_for(call.code(), 5) == expected
+        assert await asyncio.wait_for(method(iter([b"c"]), timeout=4), 5) == b"c"
+
+
 # -- sync response streams: cancel() while another thread waits for the status --------------------------------------
 
 
@@ -126,6 +145,27 @@ def test_sync_cancel_wakes_a_thread_waiting_for_a_response_streams_status(backen
     attempt = backend.wait_ended(SERVER_STREAM, 1, timeout=5)[0]
     assert attempt.cancelled
     within(2, channel.close, "channel.close()")
+
+
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+@pytest.mark.parametrize("wait_in", ["code", "details", "trailing_metadata"])
+@pytest.mark.parametrize("read", [0, 1])
+async def test_aio_cancel_wakes_a_task_waiting_for_a_response_streams_status(backend, policy, wait_in, read):
+    backend.script(SERVER_STREAM, *[Step(wait=0) if read == 0 else Step(hold_after=1)] * 2)
+    config = POLICIES[policy]
+    async with grpc_retry.aio.insecure_channel(backend.target, options=[] if config is None else
+                                               [("grpc.service_config", config)]) as channel:
+        call = channel.unary_stream(SERVER_STREAM)(b"x", timeout=30)
+        for _ in range(read):
+            assert await asyncio.wait_for(call.read(), 5) == b"x#0"
+        waiter = asyncio.ensure_future(getattr(call, wait_in)())
+        await asyncio.sleep(0.05)  # the waiter is parked in the wait (nothing signals that it is)
+        assert not waiter.done()
+        assert call.cancel()
+        await asyncio.wait_for(waiter, 2)
+        assert await call.code() == grpc.StatusCode.CANCELLED and call.cancelled()
+    attempt = backend.wait_all_ended(SERVER_STREAM, timeout=5)[0]
+    assert attempt.cancelled
 
 
 # -- asyncio: cancelling the task that awaits a call with a done callback ------------------------------------------

@@ -127,7 +127,7 @@ def test_sync_channels_that_come_and_go_leave_no_thread(backend, policy):
         warm.unary_unary(UNARY).future(b"w").exception(timeout=5)
     assert settle(lambda: not [t for t in ours_threads() if t.name.startswith("grpc_retry")])
     before = ours_threads()
-    for i in range(1000 if policy == "hedging" else 300):
+    for i in range(1000):
         channel = grpc_retry.insecure_channel(backend.target, options=options(policy))
         future = channel.unary_unary(UNARY).future(b"x", timeout=5)
         if i % 2:
@@ -217,7 +217,7 @@ async def test_aio_channels_that_come_and_go_leave_no_thread_or_task(backend, po
     async with grpc_retry.aio.insecure_channel(backend.target) as warm:  # grpc.aio's poller thread
         await warm.unary_unary(UNARY)(b"w")
     before = ours_threads()
-    for i in range(300):
+    for i in range(1000):
         channel = grpc_retry.aio.insecure_channel(backend.target, options=options(policy))
         call = channel.unary_unary(UNARY)(b"x", timeout=5)
         if i % 2:

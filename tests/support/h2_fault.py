@@ -1,12 +1,16 @@
 """A real HTTP/2 peer, built with the `h2` package, that misbehaves on purpose: it refuses streams
 (RST_STREAM REFUSED_STREAM), sends GOAWAY before looking at a stream, resets streams with INTERNAL_ERROR,
-or stalls. It speaks just enough gRPC to be reached by a grpcio client; it never answers successfully."""
+or stalls — or, MIXED, any of these per stream, at random. It speaks just enough gRPC to be reached by a grpcio
+client; it never answers successfully. It counts the stalled streams the client has not yet reset (`open`): a
+client that ended a call but left its stream open here leaks it."""
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
-from typing import List
+import time
+from typing import Dict, List, Tuple
 
 import h2.config
 import h2.connection
@@ -18,6 +22,8 @@ REFUSE = "refuse"
 GOAWAY = "goaway"
 RESET = "reset"
 STALL = "stall"
+MIXED = "mixed"
+_MIXED = (REFUSE, REFUSE, GOAWAY, RESET, STALL, STALL)
 
 
 class H2FaultServer:
@@ -25,6 +31,7 @@ class H2FaultServer:
         self.mode = mode
         self.streams_seen = 0
         self.connections = 0
+        self.open: Dict[Tuple[int, int], float] = {}  # (connection, stream) -> when the stall began
         self._lock = threading.Lock()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -65,7 +72,14 @@ class H2FaultServer:
                 self._conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), name="h2-fault-conn", daemon=True).start()
 
+    def open_since(self, seconds: float) -> int:
+        """Stalled streams still open that began at least `seconds` ago."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for began in self.open.values() if now - began >= seconds)
+
     def _serve(self, sock: socket.socket) -> None:
+        key = id(sock)
         config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
         conn = h2.connection.H2Connection(config=config)
         conn.initiate_connection()
@@ -85,7 +99,10 @@ class H2FaultServer:
                     if isinstance(event, h2.events.RequestReceived):
                         with self._lock:
                             self.streams_seen += 1
-                        close = self._fault(conn, event.stream_id) or close
+                        close = self._fault(conn, key, event.stream_id) or close
+                    elif isinstance(event, h2.events.StreamReset):
+                        with self._lock:
+                            self.open.pop((key, event.stream_id), None)
                     elif isinstance(event, h2.events.DataReceived):
                         conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 sock.sendall(conn.data_to_send())
@@ -93,18 +110,25 @@ class H2FaultServer:
         except (OSError, h2.exceptions.ProtocolError):
             return
         finally:
+            with self._lock:  # the connection's streams end with it
+                for stream in [k for k in self.open if k[0] == key]:
+                    del self.open[stream]
             try:
                 sock.close()
             except OSError:
                 pass
 
-    def _fault(self, conn: h2.connection.H2Connection, stream_id: int) -> bool:
+    def _fault(self, conn: h2.connection.H2Connection, key: int, stream_id: int) -> bool:
         """Act on a new stream; True when the connection is going away (GOAWAY sent)."""
-        if self.mode == REFUSE:
+        mode = random.choice(_MIXED) if self.mode == MIXED else self.mode
+        if mode == STALL:
+            with self._lock:
+                self.open[(key, stream_id)] = time.monotonic()
+        elif mode == REFUSE:
             conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
-        elif self.mode == RESET:
+        elif mode == RESET:
             conn.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
-        elif self.mode == GOAWAY:
+        elif mode == GOAWAY:
             # The stream is above last_stream_id: the server says it never processed it.
             conn.close_connection(error_code=ErrorCodes.NO_ERROR, last_stream_id=stream_id - 2 if stream_id > 2 else 0)
             return True
