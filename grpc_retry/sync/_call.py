@@ -105,13 +105,12 @@ class BlockingCall(_Attempts):
         finally:
             calls.discard(self)
 
-    def close_channel(self) -> bool:
-        """The channel is closing: True, as an attempt of this call may be in a blocking grpcio call, which only
-        the subchannel's close ends. A wait for backoff or for a subchannel ends by itself on the close."""
-        return True
+    def close_channel(self) -> None:
+        """The channel is closing: an attempt in a blocking grpcio call ends with the subchannel's close, a wait
+        for backoff or for a subchannel by itself, on the caller's thread."""
 
     def closed(self, timeout: float) -> None:
-        pass  # the caller's thread ends it
+        pass
 
     def _run(self):
         machine = self._machine
@@ -610,20 +609,18 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     def cancel(self) -> bool:
         return self._fail(grpc.StatusCode.CANCELLED, CANCELLED_DETAILS)
 
-    def close_channel(self) -> bool:
-        """The channel is closing. True: an attempt is in flight, which the subchannel's close ends, as grpcio's
-        close ends its own calls (then closed()). Otherwise the call ends CANCELLED now (or has ended)."""
+    def close_channel(self) -> None:
+        """The channel is closing. With an attempt in flight, the subchannel's close ends that attempt, as
+        grpcio's close ends its own calls; otherwise the call ends CANCELLED now."""
         with self._lock:
-            if self._ending:
-                return False
-            if self._live:
-                return True
+            if self._ending or self._live:
+                return
         self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
-        return False
 
     def closed(self, timeout: float) -> None:
-        """After the subchannels' close: wait (at most `timeout`) for it to end the call's attempts, then end the
-        call if that did not (its last attempt may have failed just before, and the call gone into backoff)."""
+        """After the subchannels' close: wait (at most `timeout`) for it to end the call's attempts, end the call
+        if that did not (its last attempt may have failed just before, and the call gone into backoff), and wait
+        for the end (performed by whichever thread is at the call's actions)."""
         deadline = monotonic() + timeout
         with self._lock:
             while self._live and not self._done.is_set():
@@ -632,6 +629,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
                     break
                 self._changed.wait(left)
         self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+        self._done.wait(max(0.0, deadline - monotonic()))
 
     # -- grpc.Future ----------------------------------------------------------------------------------------------
 

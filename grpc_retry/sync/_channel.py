@@ -179,13 +179,15 @@ class Channel(RetryStatistics, grpc.Channel):
                 return
             state.closed = True
             subscriptions, self._subscriptions = self._subscriptions, []
-        in_flight = [call for call in list(state.calls) if call.close_channel()]
+        calls = list(state.calls)
+        for call in calls:
+            call.close_channel()
         for subscription in subscriptions:
             self._subchannels.watch(subscription, add=False)
         self._workers.close()
         self._subchannels.close()
         deadline = monotonic() + CLOSE_WAIT
-        for call in in_flight:
+        for call in calls:
             call.closed(deadline - monotonic())
 
     def __enter__(self) -> Channel:
