@@ -2,9 +2,9 @@
 
 from typing import TYPE_CHECKING, Any
 
-from grpc_retry._config import ServiceConfigError
+from grpc_retry._config import ServiceConfigError, ServiceConfigWarning
 
-__all__ = ["ServiceConfigError", "insecure_channel", "secure_channel"]
+__all__ = ["ServiceConfigError", "ServiceConfigWarning", "insecure_channel", "secure_channel"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from grpc_retry.sync import insecure_channel, secure_channel

@@ -2,21 +2,27 @@
 
 The schema is third_party/service_config.proto. The walk over the decoded JSON is our own so that it
 can collect all errors with their field paths; durations are checked with protobuf's proto3 JSON mapping
-of Duration. Unknown fields are ignored and JSON null counts as absent, as in gRPC. The result is a tree
-of frozen dataclasses.
+of Duration, and numbers may be written as strings, as that mapping allows. Unknown fields are ignored and
+JSON null counts as absent, as in gRPC; but an unknown key is most often a misspelt one, so each is reported as
+a warning (with the known key it is closest to), as is a name that can never match a method. Whatever the
+text, the parser returns a config or raises ServiceConfigError. The result is a tree of frozen dataclasses.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, TypeVar
 
 from google.protobuf import duration_pb2
+
+log = logging.getLogger("grpc_retry")
 
 __all__ = [
     "EMPTY_SERVICE_CONFIG",
@@ -28,6 +34,7 @@ __all__ = [
     "RetryThrottling",
     "ServiceConfig",
     "ServiceConfigError",
+    "ServiceConfigWarning",
     "parse_service_config",
 ]
 
@@ -40,10 +47,15 @@ STATUS_CODE_NAMES = (
 LB_POLICIES = ("pick_first", "round_robin")
 
 _STATUS_CODES = {name: code for code, name in enumerate(STATUS_CODE_NAMES)}
-_DURATION = re.compile(r"-?[0-9]+(\.[0-9]{1,9})?s")  # proto3 JSON: seconds, up to 9 fractional digits, "s"
-_INTEGER = re.compile(r"-?[0-9]+")  # proto3 JSON also takes integers as strings
+# proto3 JSON: seconds, up to 9 fractional digits, "s" (and ".01s", which grpc-go's published example writes)
+_DURATION = re.compile(r"-?([0-9]+(\.[0-9]{1,9})?|\.[0-9]{1,9})s")
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # proto3 JSON: numbers as strings too
 _UINT32_MAX = 2**32 - 1
 _MILLI = Decimal("0.001")
+_MAX_DIGITS = 400      # a JSON number longer than this is nobody's config value
+_MAX_EXPONENT = 10000  # nor one whose exponent is larger than this
+_SHOWN = 60            # at most this much of a value is echoed in a message
+_LISTED = 20           # at most this many problems are listed in a message; the rest are counted
 _T = TypeVar("_T")
 
 
@@ -54,7 +66,23 @@ class ServiceConfigError(ValueError):
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = list(errors)
-        super().__init__("invalid service config: " + "; ".join(self.errors))
+        super().__init__("invalid service config: " + _listing(self.errors))
+
+
+class ServiceConfigWarning(UserWarning):
+    """A service config that gRPC accepts but that likely does not say what was meant: unknown keys (gRPC
+    ignores them: a misspelt one changes behaviour silently), names that can never match a method."""
+
+
+def _listing(problems: list[str]) -> str:
+    shown = "; ".join(problems[:_LISTED])
+    return shown if len(problems) <= _LISTED else f"{shown}; and {len(problems) - _LISTED} more"
+
+
+def _show(value: Any) -> str:
+    """A value as a message echoes it: its repr, cut to _SHOWN characters."""
+    text = repr(value) if not isinstance(value, Decimal) else str(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -98,6 +126,8 @@ class ServiceConfig:
     # Keys: "/service/method" (exact), "/service/" (whole service), "" (the default config).
     method_configs: Mapping[str, MethodConfig] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False)
+    # What gRPC accepts but that likely is a mistake, as "path: reason" (see ServiceConfigWarning).
+    warnings: Tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def method_config(self, method: str) -> Optional[MethodConfig]:
         """The config for the full method path "/pkg.Service/Method": exact, else service, else default."""
@@ -120,18 +150,92 @@ def parse_service_config(text: Optional[str], *, max_attempts_cap: int = 5) -> S
     if text is None or text == "":
         return EMPTY_SERVICE_CONFIG
     try:
-        doc = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
-    except (ValueError, TypeError, RecursionError) as exc:
-        raise ServiceConfigError([f"<root>: invalid JSON: {exc}"]) from None
+        doc = json.loads(text, parse_float=_decimal, parse_int=_int, parse_constant=_reject_constant,
+                         object_pairs_hook=_object)
+    except RecursionError:
+        raise ServiceConfigError(["<root>: invalid JSON: nested too deeply"]) from None
+    except (ValueError, TypeError) as exc:
+        raise ServiceConfigError([f"<root>: invalid JSON: {_cut(str(exc))}"]) from None
     parser = _Parser(max_attempts_cap)
-    config = parser.service_config(doc)
+    parser.duplicates(doc)
+    try:
+        config = parser.service_config(doc)
+    except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:  # a case the walk did not foresee
+        parser.error("<root>", f"cannot be read: {_cut(str(exc))}")
+        config = None
     if parser.errors or config is None:
         raise ServiceConfigError(parser.errors)
     return config
 
 
+class _Object(dict):  # type: ignore[type-arg]
+    """A decoded JSON object that remembers the keys it was given more than once."""
+
+    duplicates: Tuple[str, ...] = ()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object()
+    duplicates = []
+    for key, value in pairs:
+        if key in obj:
+            duplicates.append(key)
+        obj[key] = value
+    if duplicates:
+        obj.duplicates = tuple(duplicates)
+    return obj
+
+
+def _decimal(text: str) -> Decimal:
+    if len(text) > _MAX_DIGITS:
+        raise ValueError(f"number {_show(text)} is too long")
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"number {_show(text)} is out of range") from None
+    if abs(number.adjusted()) > _MAX_EXPONENT:
+        raise ValueError(f"number {_show(text)} is out of range")
+    return number
+
+
+def _int(text: str) -> int:
+    if len(text) > _MAX_DIGITS:
+        raise ValueError(f"number {_show(text)} is too long")
+    return int(text)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 2 * _SHOWN else text[:2 * _SHOWN - 3] + "..."
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _walk(doc: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of a decoded document with its path, without recursion (the document may be deep)."""
+    stack: list[tuple[str, Any]] = [("<root>", doc)]
+    while stack:
+        path, value = stack.pop()
+        yield path, value
+        if isinstance(value, dict):
+            stack.extend((key if path == "<root>" else f"{path}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+
+
+# The keys gRPC knows in each object of the schema (some of which grpc_retry does not use).
+_KNOWN = {
+    "<root>": ("methodConfig", "retryThrottling", "loadBalancingPolicy", "loadBalancingConfig",
+               "healthCheckConfig"),
+    "methodConfig": ("name", "waitForReady", "timeout", "maxRequestMessageBytes", "maxResponseMessageBytes",
+                     "retryPolicy", "hedgingPolicy"),
+    "name": ("service", "method"),
+    "retryPolicy": ("maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes",
+                    "perAttemptRecvTimeout"),
+    "hedgingPolicy": ("maxAttempts", "hedgingDelay", "nonFatalStatusCodes"),
+    "retryThrottling": ("maxTokens", "tokenRatio"),
+}
 
 
 class _Parser:
@@ -140,14 +244,40 @@ class _Parser:
     def __init__(self, max_attempts_cap: int) -> None:
         self.cap = max_attempts_cap
         self.errors: list[str] = []
+        self.warnings: list[str] = []
 
     def error(self, path: str, reason: str) -> None:
         self.errors.append(f"{path}: {reason}")
+
+    def duplicates(self, doc: Any) -> None:
+        """gRPC rejects a key given twice in any object, known or not."""
+        for path, value in _walk(doc):
+            for key in getattr(value, "duplicates", ()):
+                self.error(path, f"duplicate key {_show(key)}")
+
+    def unknown_keys(self, obj: dict[str, Any], path: str, kind: str) -> None:
+        known = _KNOWN[kind]
+        folded = {k.lower() for k in known}
+        for key in obj:
+            if key not in known and key.lower() not in folded:  # (a known key in another case is read: get())
+                near = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
+                hint = "" if not near else \
+                    f" (did you mean {next(k for k in known if k.lower() == near[0])!r}?)"
+                where = key if path == "<root>" else f"{path}.{key}"
+                self.warnings.append(f"{where}: unknown key, ignored{hint}")
 
     def get(self, obj: dict[str, Any], path: str, key: str, kind: Callable[[Any, str], Optional[_T]],
             required: bool = False) -> Optional[_T]:
         path = f"{path}.{key}" if path else key
         value = obj.get(key)
+        if value is None and key not in obj:
+            # grpc-go reads keys whatever their case (its published retry example writes "MaxAttempts"); gRPC's
+            # core does not. Read it, and say so.
+            written = next((k for k in obj if k.lower() == key.lower()), None)
+            if written is not None:
+                value = obj[written]
+                self.warnings.append(f"{path[: -len(key)]}{written}: read as {key!r} (gRPC's core reads keys "
+                                     "case-sensitively and would ignore it)")
         if value is None:
             if required:
                 self.error(path, "is required")
@@ -183,30 +313,41 @@ class _Parser:
         return self.error(path, "must be a boolean")
 
     def integer(self, value: Any, path: str) -> Optional[int]:
-        if isinstance(value, str) and _INTEGER.fullmatch(value):
+        """An integer, as proto3 JSON writes one: a number with no fraction, or a string of one."""
+        if isinstance(value, str) and _NUMBER.fullmatch(value):
             try:
-                value = int(value)
-            except ValueError:  # more digits than Python converts
-                pass
+                value = _decimal(value)
+            except ValueError:
+                return self.error(path, f"number {_show(value)} is out of range")
+        if isinstance(value, Decimal) and value == value.to_integral_value():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        return self.error(path, "must be an integer")
+        return self.error(path, "must be an integer or an integer string")
 
     def number(self, value: Any, path: str) -> Optional[Decimal]:
+        """A number, as proto3 JSON writes one: a JSON number or a numeric string."""
+        if isinstance(value, str) and _NUMBER.fullmatch(value):
+            try:
+                value = _decimal(value)
+            except ValueError:
+                return self.error(path, f"number {_show(value)} is out of range")
         if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
             return Decimal(value)
-        return self.error(path, "must be a number")
+        return self.error(path, "must be a number or a numeric string")
 
     def duration(self, value: Any, path: str) -> Optional[float]:
         """A proto3 JSON Duration such as "1.5s", in seconds."""
         if not isinstance(value, str):
-            return self.error(path, "must be a string")
+            return self.error(path, 'must be a duration string such as "1.5s"')
         if not _DURATION.fullmatch(value):
-            return self.error(path, f'invalid duration {value!r} (expected e.g. "1.5s")')
+            return self.error(path, f'invalid duration {_show(value)} (expected e.g. "1.5s")')
+        if value.lstrip("-").startswith("."):
+            value = value.replace(".", "0.", 1)
         try:
             duration_pb2.Duration().FromJsonString(value)
         except ValueError:
-            return self.error(path, f"duration {value!r} is out of range")
+            return self.error(path, f"duration {_show(value)} is out of range")
         return float(value[:-1])
 
     # The schema
@@ -215,18 +356,20 @@ class _Parser:
         root = self.json_object(doc, "<root>")
         if root is None:
             return None
+        self.unknown_keys(root, "<root>", "<root>")
         table: dict[str, MethodConfig] = {}
         for i, entry in enumerate(self.get(root, "", "methodConfig", self.json_list) or ()):
             self.method_config(entry, f"methodConfig[{i}]", table)
         throttling = self.get(root, "", "retryThrottling", self.retry_throttling)
         policy = self.get(root, "", "loadBalancingPolicy", self.lb_policy_name)
         lb_config = self.get(root, "", "loadBalancingConfig", self.lb_config)
-        return ServiceConfig(throttling, lb_config or policy, MappingProxyType(table))
+        return ServiceConfig(throttling, lb_config or policy, MappingProxyType(table), tuple(self.warnings))
 
     def method_config(self, value: Any, path: str, table: dict[str, MethodConfig]) -> None:
         obj = self.json_object(value, path)
         if obj is None:
             return
+        self.unknown_keys(obj, path, "methodConfig")
         names = []
         for j, name in enumerate(self.get(obj, path, "name", self.json_list) or ()):
             key = self.name_key(name, f"{path}.name[{j}]")
@@ -238,6 +381,8 @@ class _Parser:
             self.error(path, "retryPolicy and hedgingPolicy are mutually exclusive")
         timeout = self.check(self.get(obj, path, "timeout", self.duration), f"{path}.timeout",
                              lambda t: t >= 0, "must not be negative")
+        if timeout == 0:
+            timeout = None  # proto3's default value: unset
         config = MethodConfig(
             retry_policy=retry,
             hedging_policy=hedging,
@@ -257,6 +402,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
+        self.unknown_keys(obj, path, "name")
         n_errors = len(self.errors)
         service = self.get(obj, path, "service", self.json_string) or ""
         method = self.get(obj, path, "method", self.json_string) or ""
@@ -264,6 +410,10 @@ class _Parser:
             return None
         if not service:
             return self.error(path, "method given without service") if method else ""
+        if "/" in service or "/" in method:
+            where = f"{path}.service" if "/" in service else f"{path}.method"
+            self.warnings.append(f"{where}: {_show(service if '/' in service else method)} can never match a "
+                                 'method (a name is {"service": "pkg.Service", "method": "Method"}, without "/")')
         return f"/{service}/{method}"
 
     def message_bytes(self, obj: dict[str, Any], path: str, key: str) -> Optional[int]:
@@ -274,6 +424,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
+        self.unknown_keys(obj, path, "retryPolicy")
         max_attempts = self.max_attempts(obj, path)
         initial, maximum = (
             self.check(self.get(obj, path, key, self.duration, required=True), f"{path}.{key}",
@@ -284,7 +435,7 @@ class _Parser:
         multiplier_f = self.check(multiplier_f, f"{path}.backoffMultiplier", lambda m: m > 0,
                                   "must be greater than 0")
         multiplier_f = self.check(multiplier_f, f"{path}.backoffMultiplier", math.isfinite, "is too large")
-        codes = self.status_codes(obj, path, "retryableStatusCodes", "OK cannot be retryable")
+        codes = self.status_codes(obj, path, "retryableStatusCodes", "OK cannot be retryable", required=True)
         if max_attempts is None or initial is None or maximum is None or multiplier_f is None \
                 or codes is None:
             return None
@@ -294,10 +445,12 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
+        self.unknown_keys(obj, path, "hedgingPolicy")
         max_attempts = self.max_attempts(obj, path)
         delay = self.check(self.get(obj, path, "hedgingDelay", self.duration), f"{path}.hedgingDelay",
                            lambda t: t >= 0, "must not be negative")
-        codes = self.status_codes(obj, path, "nonFatalStatusCodes", "OK cannot be non-fatal")
+        # Optional (gRPC's service_config.proto): without it, every status but OK is fatal.
+        codes = self.status_codes(obj, path, "nonFatalStatusCodes", "OK cannot be non-fatal", required=False)
         if max_attempts is None or codes is None or (delay is None and obj.get("hedgingDelay") is not None):
             return None
         return HedgingPolicy(max_attempts, 0.0 if delay is None else delay, codes)
@@ -305,14 +458,16 @@ class _Parser:
     def max_attempts(self, obj: dict[str, Any], path: str) -> Optional[int]:
         attempts = self.get(obj, path, "maxAttempts", self.integer, required=True)
         attempts = self.check(attempts, f"{path}.maxAttempts", lambda n: n >= 2, "must be at least 2")
+        attempts = self.check(attempts, f"{path}.maxAttempts", lambda n: n <= _UINT32_MAX,
+                              f"must be at most {_UINT32_MAX} (a uint32)")
         return None if attempts is None else min(attempts, self.cap)
 
-    def status_codes(self, obj: dict[str, Any], path: str, key: str,
-                     ok_reason: str) -> Optional[frozenset[int]]:
-        items = self.get(obj, path, key, self.json_list, required=True)
+    def status_codes(self, obj: dict[str, Any], path: str, key: str, ok_reason: str,
+                     required: bool) -> Optional[frozenset[int]]:
+        items = self.get(obj, path, key, self.json_list, required=required)
         if items is None:
-            return None
-        if not items:
+            return None if required else frozenset()
+        if not items and required:
             return self.error(f"{path}.{key}", "must be non-empty")
         n_errors = len(self.errors)
         codes = set()
@@ -326,7 +481,7 @@ class _Parser:
                 self.error(item_path, "must be a status code name or number")
                 continue
             if code is None:
-                self.error(item_path, f"unknown status code {item!r}")
+                self.error(item_path, f"unknown status code {_show(item)}")
             elif code == 0:
                 self.error(item_path, ok_reason)
             else:
@@ -337,43 +492,55 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        max_milli = self.get(obj, path, "maxTokens", lambda v, p: self.milli(v, p, 1000), True)
-        ratio_milli = self.get(obj, path, "tokenRatio", lambda v, p: self.milli(v, p, _UINT32_MAX), True)
+        self.unknown_keys(obj, path, "retryThrottling")
+        max_milli = self.get(obj, path, "maxTokens", lambda v, p: self.milli(v, p, 1000, False), True)
+        ratio_milli = self.get(obj, path, "tokenRatio", lambda v, p: self.milli(v, p, _UINT32_MAX, True), True)
         if max_milli is None or ratio_milli is None:
             return None
         return RetryThrottling(max_milli / 1000, ratio_milli / 1000, max_milli, ratio_milli)
 
-    def milli(self, value: Any, path: str, limit: int) -> Optional[int]:
-        """A number in (0, limit] with at most 3 decimal places, as an exact count of thousandths."""
+    def milli(self, value: Any, path: str, limit: int, truncate: bool) -> Optional[int]:
+        """A number in (0, limit] as an exact count of thousandths. `truncate`: further decimals are dropped, as
+        gRPC's core does for tokenRatio; otherwise at most 3 decimal places."""
         number = self.number(value, path)
         number = self.check(number, path, lambda d: d > 0, "must be greater than 0")
         number = self.check(number, path, lambda d: d <= limit, f"must be at most {limit}")
+        if number is not None and truncate:
+            number = self.check(number.quantize(_MILLI, rounding=ROUND_DOWN), path, lambda d: d > 0,
+                                "must be at least 0.001")
         number = self.check(number, path, lambda d: d == d.quantize(_MILLI),
                             "must have at most 3 decimal places")
         return None if number is None else int(number.scaleb(3))
 
     def lb_policy_name(self, value: Any, path: str) -> Optional[str]:
         name = self.json_string(value, path)
+        if name == "":
+            return None  # proto3's default value: unset
         return self.check(None if name is None else name.lower(), path, lambda n: n in LB_POLICIES,
-                          f"unsupported policy {name!r} (supported: {', '.join(LB_POLICIES)})")
+                          f"unsupported policy {_show(name)} (supported: {', '.join(LB_POLICIES)})")
 
     def lb_config(self, value: Any, path: str) -> Optional[str]:
+        """As gRPC: the first entry that names a policy this client implements wins, and the entries after it
+        are not looked at; entries before it that name other policies are skipped."""
         items = self.json_list(value, path)
         if items is None:
             return None
-        chosen = None
+        skipped = []
         for i, item in enumerate(items):
             item_path = f"{path}[{i}]"
             entry = self.json_object(item, item_path)
             if entry is None:
-                continue
+                return None
             if len(entry) != 1:
-                self.error(item_path, "must have exactly one key (the policy name)")
-                continue
+                return self.error(item_path, "must have exactly one key (the policy name)")
             ((name, policy_config),) = entry.items()
-            if self.json_object(policy_config, f"{item_path}.{name}") is not None and chosen is None \
-                    and name in LB_POLICIES:
-                chosen = name
-        if chosen is None:
-            self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES)})")
-        return chosen
+            if name not in LB_POLICIES:
+                skipped.append(name)
+                continue
+            if self.json_object(policy_config, f"{item_path}.{name}") is None:
+                return None
+            if skipped:
+                log.info("grpc_retry: loadBalancingConfig: using %s (not implemented here: %s)", name,
+                         ", ".join(map(_show, skipped)))
+            return name
+        return self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES)})")

@@ -45,13 +45,14 @@ def local_status(code: int, details: str, subchannels: Any) -> Tuple[grpc.Status
 
 
 _STREAM_REMOVED = "Stream removed ("
+_LOCAL_ENDS = ("Stream removed (Deadline Exceeded)", "Stream removed (Channel closed!)")
 
 
 def grpc_details(details: Optional[str], answered: bool) -> Optional[str]:
     """An attempt's status details as grpcio's own channel words them. Subchannels run with C-core's retries off;
     a grpcio channel has them on, and its retry layer reports a call ended locally (deadline, channel closed)
     before the server answered with the cause alone, where the transport says "Stream removed (<cause>)"."""
-    if not answered and details and details.startswith(_STREAM_REMOVED) and details.endswith(")"):
+    if not answered and details in _LOCAL_ENDS:
         return details[len(_STREAM_REMOVED):-1]
     return details
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import json
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
-from grpc_retry._config import ServiceConfig, parse_service_config
+from grpc_retry._config import ServiceConfig, ServiceConfigWarning, parse_service_config
 
 SERVICE_CONFIG = "grpc.service_config"
 ENABLE_RETRIES = "grpc.enable_retries"
@@ -18,6 +21,7 @@ DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 LB_POLICIES = ("pick_first", "round_robin")
+OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS)  # the grpc_retry.* options
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -52,6 +56,10 @@ def parse_options(options: OptionsType) -> RetryOptions:
             raise ValueError(f"channel options must be (name, value) pairs, got {item!r}") from None
         if name in (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, CHANNEL_BUFFER, MAX_ATTEMPTS, LB_POLICY):
             ours[name] = value  # as in grpcio, the last value given wins
+        elif isinstance(name, str) and name.startswith("grpc_retry."):  # only ours: a typo, not grpcio's
+            near = difflib.get_close_matches(name, OURS, n=1)
+            raise ValueError(f"channel option {name}: unknown grpc_retry option"
+                             + (f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(OURS)})"))
         else:
             rest.append((name, value))
 
@@ -68,6 +76,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     config = parse_service_config(text, max_attempts_cap=cap)
+    if config.warnings:  # once per channel; stacklevel: the application's channel constructor
+        warnings.warn(ServiceConfigWarning("service config: " + "; ".join(config.warnings)), stacklevel=5)
 
     lb = ours.get(LB_POLICY)
     if lb is not None and lb not in LB_POLICIES:
@@ -75,4 +85,27 @@ def parse_options(options: OptionsType) -> RetryOptions:
     # The service config's choice wins over the channel option, as in gRPC.
     lb_policy = config.lb_policy or lb or "pick_first"
 
+    limits = message_limits(config)
+    if limits is not None:
+        rest.append((SERVICE_CONFIG, limits))
     return RetryOptions(config, bool(enable), per_rpc, channel, cap, lb_policy, tuple(rest))
+
+
+def message_limits(config: ServiceConfig) -> Optional[str]:
+    """The service config of the subchannels: only the methods' message size limits, which grpcio's core then
+    enforces per attempt as it would on a grpcio channel (same statuses, same words). None if there are none."""
+    table = config.method_configs
+    if not any(mc.max_request_message_bytes is not None or mc.max_response_message_bytes is not None
+               for mc in table.values()):
+        return None
+    entries = []
+    for key, mc in table.items():  # every entry, limits or not: a specific one shadows a general one
+        service, _, method = key[1:].partition("/")
+        name = {} if key == "" else {"service": service, **({"method": method} if method else {})}
+        entry: dict = {"name": [name]}
+        if mc.max_request_message_bytes is not None:
+            entry["maxRequestMessageBytes"] = mc.max_request_message_bytes
+        if mc.max_response_message_bytes is not None:
+            entry["maxResponseMessageBytes"] = mc.max_response_message_bytes
+        entries.append(entry)
+    return json.dumps({"methodConfig": entries})

@@ -72,10 +72,13 @@ def _static_list(body: str, version: int, target: str) -> Tuple[str, ...]:
     addresses = []
     for item in body.split(","):
         item = item.strip()
-        if version == 6 and item and not item.startswith("["):
-            host, port = item, DEFAULT_PORT
-        else:
-            host, port = _split_host_port(item, target)
+        # As gRPC's core: an address of an ipv4: or ipv6: target names its port.
+        if version == 6 and item and not item.startswith("[") or version == 4 and ":" not in item:
+            raise ValueError(f"target {target!r}: address {item!r} has no port "
+                             f"(ipv{version}: addresses are {'[a]:port' if version == 6 else 'a.b.c.d:port'})")
+        host, port = _split_host_port(item, target)
+        if version == 6 and item.endswith("]"):
+            raise ValueError(f"target {target!r}: address {item!r} has no port (ipv6: addresses are [a]:port)")
         ip = _literal(host)
         if ip is None or ip.version != version:
             raise ValueError(f"target {target!r}: {host!r} is not an IPv{version} address")
@@ -105,6 +108,9 @@ def parse_target(target: str) -> Target:
             slash = body.find("/", 2)
             if slash < 0:
                 raise ValueError(f"target {target!r}: expected dns://[authority]/host[:port]")
+            if slash > 2:  # a DNS server to ask: grpc_retry asks the system's resolver only
+                raise ValueError(f"target {target!r}: a DNS authority ({body[2:slash]!r}) is not supported; "
+                                 f"use dns:///{body[slash + 1:]} for the system's resolver")
             body = body[slash + 1:]
     elif "://" in target:
         raise ValueError(f"target {target!r}: unsupported scheme {target.split(':', 1)[0]!r} "
