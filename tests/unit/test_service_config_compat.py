@@ -223,3 +223,17 @@ def test_published_examples_are_accepted(name):
         assert config.method_config("/grpc.examples.echo.Echo/UnaryEcho").retry_policy.max_attempts == 4
     if name == "grpc-java hedging":
         assert config.method_config("/helloworld.Greeter/SayHello").hedging_policy.max_attempts == 3
+
+
+async def test_an_aio_channel_warns_once_at_the_applications_line():
+    import grpc_retry.aio
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        channel = grpc_retry.aio.insecure_channel("127.0.0.1:1", options=[("grpc.service_config", method(
+            retryPolicy={"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 2,
+                         "retryableStatusCodes": [14], "retryableStatuscode": []}))])
+    await channel.close()
+    ours = [w for w in caught if issubclass(w.category, ServiceConfigWarning)]
+    assert len(ours) == 1 and ours[0].filename == __file__
+    assert "retryableStatuscode: unknown key, ignored (did you mean 'retryableStatusCodes'?)" in str(ours[0].message)
