@@ -45,6 +45,15 @@ def _int_option(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _check_as_grpcio(name: Any, value: Any) -> None:
+    """What grpcio's channel refuses at creation (its words): grpc_retry hands these options to subchannels it
+    makes later, where the error would come from every call instead."""
+    if not isinstance(name, (str, bytes)):
+        raise TypeError(f"Expected str, not {type(name)}")
+    if not isinstance(value, (int, str, bytes)) and not hasattr(value, "__int__"):
+        raise TypeError(f"Expected int, bytes, or behavior, got {type(value)}")
+
+
 def parse_options(options: OptionsType) -> RetryOptions:
     """Split `options` into grpc_retry's settings and the rest; raise ValueError naming a bad option."""
     ours: dict = {}
@@ -61,6 +70,7 @@ def parse_options(options: OptionsType) -> RetryOptions:
             raise ValueError(f"channel option {name}: unknown grpc_retry option"
                              + (f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(OURS)})"))
         else:
+            _check_as_grpcio(name, value)
             rest.append((name, value))
 
     enable = ours.get(ENABLE_RETRIES, 1)

@@ -219,8 +219,13 @@ class Subchannels:
                 self._watchers.remove(watcher)
 
     def aggregate_state(self) -> grpc.ChannelConnectivity:
-        """The channel's connectivity as grpcio reports it for one channel: READY if any subchannel is."""
+        """The channel's connectivity as grpcio reports it for one channel: READY if any subchannel is; SHUTDOWN
+        once closed; TRANSIENT_FAILURE when the name did not resolve."""
+        if self.closed:
+            return grpc.ChannelConnectivity.SHUTDOWN
         states = [s for s in self.picker.states() if s != _SHUTDOWN]
+        if not states and self.resolution_error is not None:
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
         for value, state in ((2, grpc.ChannelConnectivity.READY), (1, grpc.ChannelConnectivity.CONNECTING)):
             if value in states:
                 return state

@@ -31,6 +31,10 @@ _EOF = grpc.aio.EOF
 HEADERS_GRACE = 0.05
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
+# grpc.aio's words
+_API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
+_FINISHED = "RPC already finished."
+_HALF_CLOSED = 'RPC is half closed after calling "done_writing".'
 
 
 class _Call(driver.CallDriver):
@@ -39,7 +43,7 @@ class _Call(driver.CallDriver):
     __slots__ = (
         "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "__weakref__",
+        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
@@ -72,6 +76,7 @@ class _Call(driver.CallDriver):
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[set] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
+        self._style: Optional[str] = None  # response streams: "read" or "iterate", as the application first did
 
     def _begin(self) -> None:
         self._method.calls.add(self)
@@ -387,23 +392,32 @@ class _Call(driver.CallDriver):
 
     async def debug_error_string(self) -> Optional[str]:
         await self._until_done()
-        return self._debug
+        return self._debug or ""
 
     async def wait_for_connection(self) -> None:
+        """As grpc.aio: until the call's metadata has gone out; a call that has ended raises as awaiting it would."""
         while not self._done:
             n = self._winner if self._winner >= 0 else self._current
             attempt = self._attempts.get(n)
-            if attempt is None:
-                await self._next_change()
+            if attempt is None or attempt.done():
+                await self._next_change()  # an attempt starts, or the machine hears how this one ended
                 continue
-            try:
-                await attempt.wait_for_connection()
-            except AioRpcError:
-                pass
-            return
+            # The attempt's own wait, in a task of its own: cancelling this wait must not cancel the attempt,
+            # and the attempt's failure is the machine's to judge, not this wait's.
+            waiter = self._loop.create_task(attempt.wait_for_connection())
+            waiter.add_done_callback(_retrieved)
+            await asyncio.wait((waiter,))
+            if not waiter.cancelled() and waiter.exception() is None and not attempt.done():
+                return
+        self._raise_if_failed()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} done={self._done} code={self._code} machine={self._machine!r}>"
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _read(attempt) -> Any:
@@ -468,6 +482,19 @@ class _StreamResponse(_Call):
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def read(self) -> Any:
+        if self._done:
+            self._raise_if_failed()
+            return _EOF
+        self._use("read")
+        return await self._read_message()
+
+    def _use(self, style: str) -> None:
+        if self._style is None:
+            self._style = style
+        elif self._style != style:
+            raise grpc.aio.UsageError(_API_STYLE_ERROR)
+
+    async def _read_message(self) -> Any:
         message = _EOF
         try:
             while not self._done:
@@ -504,11 +531,12 @@ class _StreamResponse(_Call):
         return response
 
     def __aiter__(self) -> AsyncIterator[Any]:
+        self._use("iterate")
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Any]:
         while True:
-            message = await self.read()
+            message = await self._read_message()
             if message is _EOF:
                 return
             yield message
@@ -584,18 +612,17 @@ class _StreamRequest(_Call):
 
     async def write(self, request) -> None:
         if self._iterator_given:
-            raise grpc.aio.UsageError("write() is not allowed with a request iterator")
-        if self._half_closed:
-            raise grpc.aio.UsageError("write() after done_writing()")
+            raise grpc.aio.UsageError(_API_STYLE_ERROR)
         if self._done:
-            self._raise_if_failed()
-            raise asyncio.InvalidStateError("RPC already finished")
+            raise asyncio.InvalidStateError(_FINISHED)
+        if self._half_closed:
+            raise asyncio.InvalidStateError(_HALF_CLOSED)
         self._queue(request)
 
     async def done_writing(self) -> None:
         if self._iterator_given:
-            raise grpc.aio.UsageError("done_writing() is not allowed with a request iterator")
-        if not self._half_closed:
+            raise grpc.aio.UsageError(_API_STYLE_ERROR)
+        if not self._half_closed and not self._done:
             self._close_requests()
 
     def _stop_tasks(self) -> None:

@@ -28,7 +28,7 @@ from grpc_retry._driver import trace_attempt as trace
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
-from grpc_retry.sync._status import FinishedCall, RpcError, local_error
+from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
 
 _OK = grpc.StatusCode.OK
 _EOF = object()
@@ -228,7 +228,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._done_callbacks: List[Callable[[Any], None]] = []
         self._calls = method.calls
         # request streams
-        self._requests = None if request_iterator is None else iter(request_iterator)
+        self._requests = None if request_iterator is None else _requests_of(request_iterator)
         self._serializer = serializer
         self._outboxes: Dict[int, Deque[Any]] = {}
         self._pulling = False
@@ -667,7 +667,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
 
     def traceback(self, timeout: Optional[float] = None):
         error = self.exception(timeout)
-        return None if error is None else error.__traceback__
+        return None if error is None else traceback_of(error)
 
     def add_done_callback(self, fn) -> None:
         with self._lock:
@@ -764,6 +764,20 @@ class StreamingCall(Call):
                 return internals.sync_wait_headers(call)[0]
             with self._lock:
                 self._until_told(n)
+
+
+def _requests_of(request_iterator: Any) -> Any:
+    """The application's requests; one that cannot be iterated fails the call when its first request is due, as
+    on grpcio (UNKNOWN, "Exception iterating requests!"), not at the call site."""
+    try:
+        return iter(request_iterator)
+    except TypeError as error:
+        return _raising(error)
+
+
+def _raising(error: Exception) -> Any:
+    raise error
+    yield  # a generator
 
 
 def _read(call: Any) -> Any:

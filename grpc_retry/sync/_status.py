@@ -3,6 +3,7 @@ successful call whose trailing metadata grpc_retry extended."""
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import grpc
@@ -67,7 +68,7 @@ class RpcError(grpc.RpcError, _Ended, grpc.Future):
         return self
 
     def traceback(self, timeout=None):
-        return None
+        return traceback_of(self)
 
     def add_done_callback(self, fn):
         fn(self)
@@ -101,3 +102,11 @@ class FinishedCall(_Ended):
 def local_error(code: grpc.StatusCode, details: str) -> RpcError:
     """A status no server sent (deadline, cancel, a local failure)."""
     return RpcError(code, details, (), (), None)
+
+
+def traceback_of(error: BaseException):
+    """The traceback of a failed future, as grpcio gives it: of the error raised from traceback() itself."""
+    try:
+        raise error
+    except BaseException:
+        return sys.exc_info()[2]
