@@ -18,6 +18,11 @@ from grpc._cython import cygrpc
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
 
+def aio_working_loop() -> asyncio.AbstractEventLoop:
+    """The loop a grpc.aio channel made now binds to: the running one, or (outside a coroutine) grpc.aio's pick."""
+    return cygrpc.get_working_loop()
+
+
 def aio_unary_task(attempt: Any) -> asyncio.Task[Any]:
     """The task that ends with a unary-response attempt's response (bytes) or EOF."""
     return attempt._call_response

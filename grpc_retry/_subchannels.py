@@ -66,10 +66,12 @@ class Subchannels:
 
     def _subchannel_options(self, options: RetryOptions) -> list:
         extra = [("grpc.enable_retries", 0)]
-        given = {name for name, _ in options.passthrough}
-        # Subchannels are reached by address; they speak for the original name, as grpcio's channel would.
+        given = dict(options.passthrough)
+        # Subchannels are reached by address; they speak for the original name, as grpcio's channel would —
+        # or, on a secure channel with grpc.ssl_target_name_override, for that name, as grpcio's does.
         if "grpc.default_authority" not in given:
-            extra.append(("grpc.default_authority", self.target.authority))
+            override = given.get("grpc.ssl_target_name_override") if self._credentials is not None else None
+            extra.append(("grpc.default_authority", override if override is not None else self.target.authority))
         if self._credentials is not None and "grpc.ssl_target_name_override" not in given and self.target.host:
             extra.append(("grpc.ssl_target_name_override", self.target.host))
         return list(options.passthrough) + extra
@@ -110,6 +112,8 @@ class Subchannels:
         if error:
             log.warning("grpc_retry: %s", error)
             self._maybe_resolve_again()  # nothing new to connect to: look again when the interval allows
+        elif self._connecting:
+            self._on_own_thread(self._connect_next)  # a connect asked for before the name resolved
         self._notify()
 
     def _set_addresses(self, addresses: List[str]) -> None:
@@ -278,6 +282,10 @@ class Subchannels:
     def _closed_error(self) -> Exception:
         return ValueError("Cannot invoke RPC on closed channel!")
 
+    def _on_own_thread(self, fn: Callable[[], None]) -> None:
+        """Run fn where the flavor makes its subchannels (sync: any thread)."""
+        fn()
+
     def _stop_timers(self) -> None:
         with self._lock:
             timer, self._resolution_timer = self._resolution_timer, None
@@ -349,10 +357,9 @@ class SyncSubchannels(Subchannels):
 class AioSubchannels(Subchannels):
     def __init__(self, *args):
         self._tasks: List[asyncio.Task] = []
-        try:
-            self._loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
-        except RuntimeError:  # made outside a coroutine: grpc.aio uses the current loop then
-            self._loop = asyncio.get_event_loop()
+        # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
+        # warning on Python 3.12+).
+        self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
         super().__init__(*args)
 
     def _make_channel(self, address: str) -> grpc.aio.Channel:
@@ -363,6 +370,11 @@ class AioSubchannels(Subchannels):
 
     def _closed_error(self) -> Exception:
         return grpc.aio.UsageError("Channel is closed.")
+
+    def _on_own_thread(self, fn: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn)
 
     def _watch(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(self._watch_loop(index, channel, connect)))

@@ -619,6 +619,11 @@ class _StreamRequest(_Call):
             raise asyncio.InvalidStateError(_HALF_CLOSED)
         self._queue(request)
 
+    @property
+    def _done_writing_flag(self) -> bool:
+        """What grpc.aio's stream-request interceptor calls read of the call under them before each write."""
+        return self._half_closed
+
     async def done_writing(self) -> None:
         if self._iterator_given:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)

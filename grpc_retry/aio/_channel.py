@@ -8,7 +8,7 @@ import math
 from typing import Any, Optional, Sequence
 
 import grpc
-from grpc.aio import _base_channel
+from grpc.aio import Metadata, _base_channel
 from grpc.aio._interceptor import (
     ClientInterceptor,
     InterceptedStreamStreamCall,
@@ -113,6 +113,8 @@ def _terminal(base):
                      compression):
             self._retry_multicallable = multicallable
             self._retry_compression = compression
+            if not isinstance(metadata, Metadata):  # interceptors get a grpc.aio.Metadata, as from grpc.aio
+                metadata = Metadata.from_tuple(tuple(metadata or ()))
             super().__init__(multicallable._interceptors, request, timeout, metadata, credentials,
                              wait_for_ready, None, multicallable._method, None, None,
                              asyncio.get_running_loop())
@@ -123,9 +125,12 @@ def _terminal(base):
                 return await super()._run_interceptor(interceptors, method, request_serializer,
                                                       response_deserializer, client_call_details, request)
             details = client_call_details
-            return self._retry_multicallable._make(request, details.timeout, details.metadata,
+            call = self._retry_multicallable._make(request, details.timeout, details.metadata,
                                                    details.credentials, details.wait_for_ready,
                                                    self._retry_compression)
+            # What grpc.aio's response-stream interceptor calls wrap when an interceptor returns an iterator.
+            self._last_returned_call_from_interceptors = call
+            return call
 
         def time_remaining(self):
             return None

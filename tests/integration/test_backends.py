@@ -260,3 +260,19 @@ def test_tls_checks_the_target_name_not_the_resolved_address(client, tls_server,
 
         code = client.run_in_loop(call())
     assert code == expected
+
+
+@pytest.mark.parametrize("target", ["ipv4:127.0.0.1:{port}", "127.0.0.1:{port}", "localhost:{port}"])
+def test_tls_name_override_is_honoured_as_grpcio_does(tls_server, target):
+    """grpc.ssl_target_name_override names the certificate to expect (and the authority), as on grpcio."""
+    port, credentials = tls_server
+    target = target.format(port=port)
+    options = [("grpc.ssl_target_name_override", "localhost")]
+    outcomes = []
+    for make in (grpc.secure_channel, grpc_retry.secure_channel):
+        with make(target, credentials, options=options) as channel:
+            try:
+                outcomes.append(channel.unary_unary(UNARY).with_call(b"x", timeout=10)[0])
+            except grpc.RpcError as error:
+                outcomes.append((error.code(), error.details()))
+    assert outcomes == [b"x", b"x"]
