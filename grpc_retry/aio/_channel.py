@@ -154,16 +154,18 @@ class Channel(RetryStatistics, _base_channel.Channel):
         self._interceptors = {kind: [] for kind in ("unary_unary", "unary_stream", "stream_unary",
                                                     "stream_stream")}
         for interceptor in interceptors or ():
-            matched = False
+            # As grpc.aio: an interceptor serves the first of these kinds it is an instance of, only.
             for kind, cls in (("unary_unary", UnaryUnaryClientInterceptor),
                               ("unary_stream", UnaryStreamClientInterceptor),
                               ("stream_unary", StreamUnaryClientInterceptor),
                               ("stream_stream", StreamStreamClientInterceptor)):
                 if isinstance(interceptor, cls):
                     self._interceptors[kind].append(interceptor)
-                    matched = True
-            if not matched:
-                raise ValueError(f"interceptor must be a grpc.aio client interceptor, got {interceptor!r}")
+                    break
+            else:
+                raise ValueError(f"Interceptor {interceptor} must be UnaryUnaryClientInterceptor or "
+                                 "UnaryStreamClientInterceptor or StreamUnaryClientInterceptor or "
+                                 "StreamStreamClientInterceptor. ")
         self._subchannels = AioSubchannels(target, self._state.options, credentials, compression)
 
     # -- multicallables ---------------------------------------------------------------------------------

@@ -1,0 +1,291 @@
+"""grpc.aio, side by side: the same scenario through grpc.aio.insecure_channel and through grpc_retry.aio's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+import pytest
+from grpc import aio
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+from support.dropin import side_by_side
+
+HEADERS = (("h", "1"),)
+TRAILERS = (("t", "2"),)
+
+
+def same_as_grpc_aio(scenario, ours) -> Any:
+    """Run `scenario(make, backend)` (a coroutine) through grpc.aio and through ours; the observations agree."""
+    return side_by_side(lambda make, backend: asyncio.run(scenario(make, backend)), ours,
+                        grpc.aio.insecure_channel)
+
+
+async def outcome(awaitable) -> Any:
+    try:
+        return ("ok", await awaitable)
+    except aio.AioRpcError as error:
+        return ("error", error.code(), error.details(), tuple(error.initial_metadata() or ()),
+                tuple(error.trailing_metadata() or ()))
+    except asyncio.CancelledError:
+        return ("CancelledError",)
+    except Exception as error:
+        return (type(error).__name__, str(error))
+
+
+async def unary_results(make, backend) -> Any:
+    backend.script(UNARY, Step(headers=HEADERS, trailing=TRAILERS), fail(grpc.StatusCode.NOT_FOUND, "no such",
+                                                                        trailing=TRAILERS))
+    async with make(backend.target) as channel:
+        call = channel.unary_unary(UNARY)(b"a", metadata=(("k", "v"),), timeout=5)
+        response = await call
+        failed = channel.unary_unary(UNARY)(b"b", timeout=5)
+        return (response, await call.code(), await call.details(), tuple(await call.initial_metadata()),
+                tuple(await call.trailing_metadata()), await call.debug_error_string(), call.done(),
+                call.cancelled(), await outcome(failed), await failed.code(), failed.done())
+
+
+async def streams(make, backend) -> Any:
+    backend.script(SERVER_STREAM, Step(headers=HEADERS, trailing=TRAILERS, responses=2))
+    async with make(backend.target) as channel:
+        stream = channel.unary_stream(SERVER_STREAM)(b"s", timeout=5)
+        messages = [m async for m in stream]
+        writer = channel.stream_unary(CLIENT_STREAM)(timeout=5)
+        await writer.write(b"1")
+        await writer.write(b"2")
+        await writer.done_writing()
+        after_done = await outcome(writer.write(b"3"))
+        response = await writer
+        on_finished = await outcome(writer.write(b"4"))
+        bidi = channel.stream_stream(BIDI)(timeout=5)
+        await bidi.write(b"x")
+        first = await bidi.read()
+        mixed = await outcome(_iterate(bidi))
+        await bidi.done_writing()
+        rest = await bidi.read()
+        with_iterator = channel.stream_stream(BIDI)(iter([b"p", b"q"]), timeout=5)
+        refused_write = await outcome(with_iterator.write(b"r"))
+        return (messages, await stream.code(), tuple(await stream.initial_metadata()),
+                tuple(await stream.trailing_metadata()), after_done, response, on_finished, first, mixed,
+                rest is aio.EOF, refused_write, [m async for m in with_iterator])
+
+
+async def _iterate(call) -> list:
+    return [m async for m in call]
+
+
+async def cancellation(make, backend) -> Any:
+    backend.script(UNARY, Step(wait=0.3), Step(wait=0), Step(wait=0))
+    async with make(backend.target) as channel:
+        # Cancelling a task that waits for the status cancels that wait only.
+        call = channel.unary_unary(UNARY)(b"a", timeout=5)
+        waiter = asyncio.ensure_future(call.code())
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        only_the_wait = (await outcome(waiter), await call, call.cancelled())
+        # Cancelling a task blocked in `await call` cancels the call, done callback or not.
+        call = channel.unary_unary(UNARY)(b"b", timeout=5)
+        reported = asyncio.get_running_loop().create_future()
+        call.add_done_callback(lambda c: reported.done() or reported.set_result(c.cancelled()))
+        task = asyncio.ensure_future(_await(call))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        the_call = (await outcome(task), call.cancelled(), await call.code(), await reported)
+        # call.cancel(), then every accessor.
+        call = channel.unary_unary(UNARY)(b"c", timeout=5)
+        await asyncio.sleep(0.05)
+        cancelled = call.cancel()
+        direct = (cancelled, call.cancel(), call.cancelled(), call.done(), await outcome(call), await call.code(),
+                  await call.details(), await outcome(call.wait_for_connection()))
+        return only_the_wait, the_call, direct
+
+
+async def _await(call) -> Any:
+    return await call
+
+
+async def _read(call) -> Any:
+    return await call.read()
+
+
+async def cancelling_blocked_tasks(make, backend) -> Any:
+    """Cancelling the task blocked in `await call`, read() or `async for` cancels the call — also on a channel
+    whose name has not resolved yet when the call is made, and on a call with a done callback."""
+    backend.fallback(UNARY, lambda i: Step(wait=0))
+    backend.fallback(SERVER_STREAM, lambda i: Step(wait=0))
+    seen = []
+    for target in (backend.target, f"localhost:{backend.port}"):
+        async with make(target) as channel:
+            for kind, wait in (("unary", _await), ("read", _read), ("iterate", _iterate)):
+                call = channel.unary_unary(UNARY)(b"x", timeout=5) if kind == "unary" else \
+                    channel.unary_stream(SERVER_STREAM)(b"y", timeout=5)
+                call.add_done_callback(lambda c: None)
+                task = asyncio.ensure_future(wait(call))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                task.cancel()
+                seen.append((kind, await outcome(task), call.cancelled(), await call.code()))
+    return seen
+
+
+async def deadlines_and_failures(make, backend) -> Any:
+    backend.script(UNARY, Step(wait=0), fail())
+    backend.script(SERVER_STREAM, Step(wait=0))
+    async with make(backend.target) as channel:
+        late = await outcome(channel.unary_unary(UNARY)(b"d", timeout=0.2))
+        stream = channel.unary_stream(SERVER_STREAM)(b"e", timeout=0.2)
+        streamed = await outcome(_iterate(stream))
+        failed = channel.unary_unary(UNARY)(b"f", timeout=5)
+        return (late, streamed, await stream.details(), await outcome(failed.wait_for_connection()),
+                await outcome(failed))
+
+
+async def time_remaining(make, backend) -> Any:
+    async with make(backend.target) as channel:
+        call = channel.unary_unary(UNARY)(b"t", timeout=10)
+        remaining = call.time_remaining()
+        unbounded = channel.unary_unary(UNARY)(b"u")
+        await call, await unbounded
+        return 9 < remaining <= 10, unbounded.time_remaining()
+
+
+async def metadata_and_compression(make, backend) -> Any:
+    async with make(backend.target) as channel:
+        method = channel.unary_unary(UNARY)
+        return (await outcome(method(b"z", metadata=(("k", "v"), ("x-bin", b"\x00")), timeout=5)),
+                await outcome(method(b"z", compression=grpc.Compression.Gzip, timeout=5)),
+                [tuple(a.metadata.items()) for a in backend.attempts_of(UNARY)][:1])
+
+
+class _Iterating(aio.UnaryStreamClientInterceptor):
+    """Returns a response iterator, not the call; notes the type of the metadata it is given."""
+
+    def __init__(self, seen: list) -> None:
+        self.seen = seen
+
+    async def intercept_unary_stream(self, continuation, details, request):
+        self.seen.append(type(details.metadata).__name__)
+        call = await continuation(details, request)
+
+        async def responses():
+            async for response in call:
+                yield response
+        return responses()
+
+
+class _Streaming(aio.StreamStreamClientInterceptor):
+    def __init__(self, seen: list) -> None:
+        self.seen = seen
+
+    async def intercept_stream_stream(self, continuation, details, request_iterator):
+        self.seen.append(type(details.metadata).__name__)
+        return await continuation(details, request_iterator)
+
+
+class _Unary(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):
+    """Both kinds: grpc.aio takes it as the first only."""
+
+    def __init__(self, seen: list) -> None:
+        self.seen = seen
+
+    async def intercept_unary_unary(self, continuation, details, request):
+        self.seen.append(type(details.metadata).__name__)
+        return await continuation(details, request)
+
+    async def intercept_unary_stream(self, continuation, details, request):
+        self.seen.append("never")
+        return await continuation(details, request)
+
+
+async def interceptors(make, backend) -> Any:
+    seen: list = []
+    chain = [_Iterating(seen), _Streaming(seen), _Unary(seen)]
+    async with make(backend.target, interceptors=chain) as channel:
+        call = channel.unary_stream(SERVER_STREAM)(b"i", metadata=(("k", "v"),), timeout=5)
+        ended = []
+        call.add_done_callback(lambda c: ended.append(True))
+        messages = [m async for m in call]
+        whole = (messages, await call.code(), call.done(), call.cancel(), await outcome(call.wait_for_connection()))
+        bidi = channel.stream_stream(BIDI)(timeout=5)
+        await bidi.write(b"w")
+        await bidi.done_writing()
+        written = [m async for m in bidi]
+        unary = await channel.unary_unary(UNARY)(b"u", metadata=(("k", "v"),))
+        await asyncio.sleep(0.01)
+        return whole, ended, written, unary, seen, await outcome(_refused(make, backend))
+
+
+class _NotAnInterceptor:
+    def __repr__(self) -> str:
+        return "<not an interceptor>"
+
+
+async def _refused(make, backend) -> Any:
+    return make(backend.target, interceptors=[_NotAnInterceptor()])
+
+
+async def closing(make, backend) -> Any:
+    backend.script(UNARY, Step(wait=0))
+    channel = make(backend.target)
+    call = channel.unary_unary(UNARY)(b"held", timeout=30)
+    await asyncio.get_running_loop().run_in_executor(None, backend.wait_attempts, UNARY, 1, 5)
+    started = time.monotonic()
+    await channel.close()
+    took = time.monotonic() - started
+    late = await outcome(_make_late(channel))
+    return (call.cancelled(), await call.code(), await call.details(), took < 0.1, channel.get_state(), late)
+
+
+async def _make_late(channel) -> Any:
+    return channel.unary_unary(UNARY)(b"late")
+
+
+async def connecting_new_channels(make, backend) -> Any:
+    target = f"localhost:{backend.port}"  # resolved by name: the connect is asked for before it resolved
+    ready = []
+    for _ in range(5):
+        async with make(target) as channel:
+            await asyncio.wait_for(channel.channel_ready(), 5)
+            ready.append(channel.get_state())
+        async with make(target) as channel:
+            channel.get_state(try_to_connect=True)
+            state = channel.get_state()
+            while state != grpc.ChannelConnectivity.READY:
+                await asyncio.wait_for(channel.wait_for_state_change(state), 5)
+                state = channel.get_state()
+            ready.append(state)
+    async with make("no-such-host.invalid:443") as channel:
+        channel.get_state(try_to_connect=True)
+        state = channel.get_state()
+        while state in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING):
+            await asyncio.wait_for(channel.wait_for_state_change(state), 20)
+            state = channel.get_state()
+        ready.append(state)
+    return ready
+
+
+@pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
+                                      deadlines_and_failures, time_remaining,
+                                      metadata_and_compression, interceptors, closing, connecting_new_channels],
+                         ids=lambda f: f.__name__)
+def test_same_as_grpc_aio(aio_channel, scenario):
+    same_as_grpc_aio(scenario, aio_channel)
+
+
+def test_a_channel_made_outside_a_loop_as_grpc_aio(aio_channel):
+    """Outside a coroutine, a channel binds to the loop grpc.aio would (or fails as grpc.aio does, when there is
+    none), and warns nothing."""
+    import warnings
+
+    outcomes = []
+    for make in (grpc.aio.insecure_channel, aio_channel):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                make("127.0.0.1:1")
+                outcomes.append("made")
+            except RuntimeError as error:
+                outcomes.append(str(error))
+        assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert outcomes[0] == outcomes[1]

@@ -1,0 +1,169 @@
+"""grpc's sync API, side by side: the same scenario through grpc.insecure_channel and through grpc_retry's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+
+HEADERS = (("h", "1"),)
+TRAILERS = (("t", "2"),)
+
+
+def status(error: grpc.RpcError) -> tuple:
+    return (isinstance(error, grpc.Call), error.code(), error.details(),
+            tuple(error.initial_metadata() or ()), tuple(error.trailing_metadata() or ()))
+
+
+def outcome(fn) -> Any:
+    try:
+        return ("ok", fn())
+    except grpc.RpcError as error:
+        return ("error",) + status(error)
+    except Exception as error:  # the exception type and words, as the application sees them
+        return (type(error).__name__, str(error))
+
+
+# -- results, statuses, metadata ----------------------------------------------------------------------------------
+
+
+def unary_results(make, backend) -> Any:
+    backend.script(UNARY, Step(headers=HEADERS, trailing=TRAILERS), fail(grpc.StatusCode.NOT_FOUND, "no such",
+                                                                        trailing=TRAILERS))
+    with make(backend.target) as channel:
+        method = channel.unary_unary(UNARY)
+
+        def with_call():
+            response, call = method.with_call(b"a", metadata=(("k", "v"),), timeout=5)
+            return response, call.code(), call.details(), tuple(call.initial_metadata()), \
+                tuple(call.trailing_metadata())
+
+        return outcome(with_call), outcome(lambda: method(b"b", timeout=5)), \
+            [tuple(a.metadata.items()) for a in backend.attempts_of(UNARY)][:1]
+
+
+def future_results(make, backend) -> Any:
+    backend.script(UNARY, Step(), fail(grpc.StatusCode.PERMISSION_DENIED, "nope"))
+    with make(backend.target) as channel:
+        method = channel.unary_unary(UNARY)
+        ok = method.future(b"a", timeout=5)
+        seen = []
+        ok.add_done_callback(lambda f: seen.append(("ok", f.done())))
+        ok.result(timeout=5)
+        failed = method.future(b"b", timeout=5)
+        error = failed.exception(timeout=5)
+        failed.add_done_callback(lambda f: seen.append(("failed", f.done())))
+        return (ok.result(timeout=5), ok.done(), ok.running(), ok.cancelled(), ok.exception(), ok.traceback(),
+                error.code(), error.details(), failed.traceback() is not None, failed.done(), sorted(seen),
+                outcome(lambda: failed.result()))
+
+
+def streams(make, backend) -> Any:
+    backend.script(SERVER_STREAM, Step(headers=HEADERS, trailing=TRAILERS, responses=2))
+    backend.script(CLIENT_STREAM, Step(trailing=TRAILERS))
+    backend.script(BIDI, Step())
+    with make(backend.target) as channel:
+        stream = channel.unary_stream(SERVER_STREAM)(b"s", timeout=5)
+        messages = list(stream)
+        client = channel.stream_unary(CLIENT_STREAM)
+        response, call = client.with_call(iter([b"1", b"2"]), timeout=5)
+        future = client.future(iter([b"3"]), timeout=5)
+        bidi = list(channel.stream_stream(BIDI)(iter([b"x", b"y"]), timeout=5))
+        return (messages, stream.code(), stream.details(), tuple(stream.initial_metadata()),
+                tuple(stream.trailing_metadata()), stream.done(), response, tuple(call.trailing_metadata()),
+                future.result(timeout=5), bidi)
+
+
+def a_response_stream_is_sent_at_creation(make, backend) -> Any:
+    with make(backend.target) as channel:
+        stream = channel.unary_stream(SERVER_STREAM)(b"s", timeout=5)
+        backend.wait_attempts(SERVER_STREAM, 1, timeout=5)  # nothing read yet
+        return list(stream)
+
+
+def a_request_iterator_that_is_not_iterable(make, backend) -> Any:
+    with make(backend.target) as channel:
+        return outcome(lambda: channel.stream_unary(CLIENT_STREAM)(5, timeout=5))[:3], \
+            outcome(lambda: list(channel.stream_stream(BIDI)(5, timeout=5)))[:3]
+
+
+def cancel_and_deadline(make, backend) -> Any:
+    backend.script(UNARY, Step(wait=0), Step(wait=0))
+    backend.script(SERVER_STREAM, Step(wait=0))
+    with make(backend.target) as channel:
+        future = channel.unary_unary(UNARY).future(b"c", timeout=30)
+        backend.wait_attempts(UNARY, 1)
+        cancelled = future.cancel()
+        stream = channel.unary_stream(SERVER_STREAM)(b"d", timeout=0.2)
+        return (cancelled, future.cancelled(), future.done(), outcome(lambda: future.result()),
+                outcome(lambda: channel.unary_unary(UNARY)(b"e", timeout=0.2))[:3],
+                outcome(lambda: list(stream))[:3], stream.code(), stream.details())
+
+
+def time_remaining(make, backend) -> Any:
+    backend.script(SERVER_STREAM, Step(wait=0.2))
+    with make(backend.target) as channel:
+        stream = channel.unary_stream(SERVER_STREAM)(b"t", timeout=10)
+        remaining = stream.time_remaining()
+        no_deadline = channel.unary_stream(SERVER_STREAM)(b"u")
+        list(stream), list(no_deadline)
+        return 9 < remaining <= 10, no_deadline.time_remaining()
+
+
+def metadata_and_compression(make, backend) -> Any:
+    with make(backend.target) as channel:
+        method = channel.unary_unary(UNARY)
+        return (outcome(lambda: method(b"z", metadata=(("Bad Key", "v"),), timeout=5))[:3],
+                outcome(lambda: method(b"z", metadata=(("k-bin", "not bytes"),), timeout=5))[:2],
+                outcome(lambda: method(b"z", compression=grpc.Compression.Gzip, timeout=5)))
+
+
+@pytest.mark.parametrize("scenario", [unary_results, future_results, streams, a_response_stream_is_sent_at_creation,
+                                      a_request_iterator_that_is_not_iterable, cancel_and_deadline, time_remaining,
+                                      metadata_and_compression], ids=lambda f: f.__name__)
+def test_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
+    same_as_grpcio(scenario, sync_channel)
+
+
+# -- channels ------------------------------------------------------------------------------------------------------
+
+
+def refused_options(make, backend) -> Any:
+    return [outcome(lambda o=option: make(backend.target, options=[o]).close())
+            for option in [(5, 0), ("grpc.primary_user_agent", ["x"]), ("grpc.primary_user_agent", "ok")]]
+
+
+def connecting_new_channels(make, backend) -> Any:
+    target = f"localhost:{backend.port}"  # resolved by name: the connect is asked for before it resolved
+    ready = []
+    for _ in range(5):
+        with make(target) as channel:
+            event = threading.Event()
+            channel.subscribe(lambda state, e=event: state == grpc.ChannelConnectivity.READY and e.set(),
+                              try_to_connect=True)
+            ready.append(event.wait(5))
+        with make(target) as channel:
+            grpc.channel_ready_future(channel).result(timeout=5)
+            ready.append(True)
+    return ready
+
+
+def closing(make, backend) -> Any:
+    backend.script(UNARY, Step(wait=0))
+    channel = make(backend.target)
+    future = channel.unary_unary(UNARY).future(b"held", timeout=30)
+    backend.wait_attempts(UNARY, 1)
+    started = time.monotonic()
+    channel.close()
+    took = time.monotonic() - started
+    return (outcome(lambda: future.result(timeout=2))[:3], future.done(), took < 0.1,
+            outcome(lambda: channel.unary_unary(UNARY)(b"late")))
+
+
+@pytest.mark.parametrize("scenario", [refused_options, connecting_new_channels, closing], ids=lambda f: f.__name__)
+def test_channels_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
+    same_as_grpcio(scenario, sync_channel)
