@@ -41,6 +41,7 @@ class Subchannels:
                  compression: Optional[grpc.Compression]):
         self.target = parse_target(target)
         self._credentials = credentials
+        self.secure = credentials is not None
         self._compression = compression
         self._options = self._subchannel_options(options)
         self.picker = Picker(ROUND_ROBIN if options.lb_policy == "round_robin" else PICK_FIRST, 0)

@@ -50,6 +50,8 @@ class _Call(driver.CallDriver):
                  wait_for_ready: Optional[bool], compression, stream_request: bool):
         if method.closed():
             raise grpc.aio.UsageError("Channel is closed.")  # as grpc.aio, at the call site
+        if credentials is not None and not method.subchannels.secure:
+            raise grpc.aio.UsageError("Call credentials are only valid on secure channels")
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          stream_request)
         self._loop = asyncio.get_running_loop()
@@ -603,9 +605,9 @@ class _StreamRequest(_Call):
                     self._queue(message)
         except asyncio.CancelledError:
             return
-        except Exception:
-            log.exception("request iterator failed")
-            self._cancel("Exception iterating requests!", 2)
+        except Exception:  # as grpc.aio: logged (at DEBUG), and the call cancelled
+            log.debug("request iterator failed", exc_info=True)
+            self._cancel(CANCELLED_DETAILS)
             return
         if not self._done:
             self._close_requests()

@@ -141,6 +141,21 @@ async def deadlines_and_failures(make, backend) -> Any:
                 await outcome(failed))
 
 
+async def _failing_requests():
+    yield b"a"
+    raise ValueError("the application's iterator failed")
+
+
+async def refusals(make, backend) -> Any:
+    async with make(backend.target) as channel:
+        async def with_call_credentials():
+            return await channel.unary_unary(UNARY)(b"x", credentials=grpc.access_token_call_credentials("t"))
+
+        failing = channel.stream_unary(CLIENT_STREAM)(_failing_requests(), timeout=5)
+        return (await outcome(with_call_credentials()), await outcome(failing), await failing.code(),
+                await failing.details(), failing.cancelled())
+
+
 async def time_remaining(make, backend) -> Any:
     async with make(backend.target) as channel:
         call = channel.unary_unary(UNARY)(b"t", timeout=10)
@@ -266,7 +281,7 @@ async def connecting_new_channels(make, backend) -> Any:
 
 
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
-                                      deadlines_and_failures, time_remaining,
+                                      deadlines_and_failures, refusals, time_remaining,
                                       metadata_and_compression, interceptors, closing, connecting_new_channels],
                          ids=lambda f: f.__name__)
 def test_same_as_grpc_aio(aio_channel, scenario):
