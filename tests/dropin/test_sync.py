@@ -10,6 +10,8 @@ import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
 
+import grpc_retry
+
 HEADERS = (("h", "1"),)
 TRAILERS = (("t", "2"),)
 
@@ -167,3 +169,21 @@ def closing(make, backend) -> Any:
 @pytest.mark.parametrize("scenario", [refused_options, connecting_new_channels, closing], ids=lambda f: f.__name__)
 def test_channels_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
     same_as_grpcio(scenario, sync_channel)
+
+
+# -- the documented differences ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target, config", [
+    ("ipv4:127.0.0.1", None),                                     # no port
+    ("127.0.0.1:1", '{"methodConfig": [{"name": [{}], "timeout": "soon"}]}'),
+])
+def test_bad_targets_and_configs_raise_at_creation_where_grpcio_fails_each_call(target, config):
+    """The one place grpc_retry differs on purpose: what grpcio reports on every call (after the call was made),
+    grpc_retry reports where the channel is made, with the field and the reason (README: Differences)."""
+    options = [] if config is None else [("grpc.service_config", config)]
+    with grpc.insecure_channel(target, options=options) as theirs:
+        with pytest.raises(grpc.RpcError):
+            theirs.unary_unary(UNARY)(b"x", timeout=2)
+    with pytest.raises(ValueError, match="target 'ipv4:127.0.0.1'|timeout: invalid duration 'soon'"):
+        grpc_retry.insecure_channel(target, options=options)
