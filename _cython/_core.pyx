@@ -11,6 +11,7 @@ from libc.math cimport INFINITY
 include "status.pxi"
 include "throttle.pyx.pxi"
 include "buffer.pyx.pxi"
+include "hedging.pyx.pxi"
 include "policy.pyx.pxi"
 include "pushback.pyx.pxi"
 include "picker.pyx.pxi"

@@ -89,9 +89,10 @@ cdef enum:
     R_DEADLINE = 7
     R_CANCELLED = 8         # the application (or the channel's close, or a local failure) ended it
     R_NO_ADDRESS = 9        # no backend could take the next attempt, and the call fails fast
+    R_BUDGET = 10           # a due hedge was not sent for the extra-load budget, and the attempts sent failed
 
 REASONS = ("", "ok", "fatal_status", "attempts_exhausted", "throttled", "pushback_stop", "committed_then_failed",
-           "deadline", "cancelled", "no_address")
+           "deadline", "cancelled", "no_address", "hedge_budget")
 
 # Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
 NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
@@ -114,6 +115,7 @@ cpdef int transparent_kind(int code, details):
 cdef class _Attempt:
     cdef int previous       # its grpc-previous-rpc-attempts
     cdef long generation    # the picker's generation when it started
+    cdef double started     # when
     cdef long sent          # messages it has written
     cdef bint live
     cdef bint writing       # a WRITE is out, not yet answered by wrote()
@@ -206,6 +208,8 @@ cdef class CallMachine:
             self._impossible("start")
         self._idle_since = now
         self.state = ATTEMPTING
+        if self.hedging and self.policy.hedge is not None:
+            self.policy.hedge.call_started()
         out = []
         if request is not None:
             self._buffer(<bytes>request, now, out)
@@ -249,11 +253,11 @@ cdef class CallMachine:
 
     cpdef list headers(self, int n, double now):
         """Attempt n received response headers (not a Trailers-Only response): the call commits to it."""
-        return self._answered(n, "headers")
+        return self._answered(n, "headers", now)
 
     cpdef list message(self, int n, double now):
         """Attempt n received its first response message: the call commits to it."""
-        return self._answered(n, "message")
+        return self._answered(n, "message", now)
 
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now,
                       bint got_headers=False):
@@ -383,10 +387,18 @@ cdef class CallMachine:
     cdef _impossible(self, str event):
         raise MachineError(f"{event} is impossible in state {STATE_NAMES[self.state]} ({self!r})")
 
-    cdef list _answered(self, int n, str event):
-        self._live(n, event)
+    cdef list _answered(self, int n, str event, double now):
+        cdef _Attempt a = self._live(n, event)
+        cdef HedgingControl hedge = self.policy.hedge
+        cdef int i
         out = []
         if self.winner != n:
+            if self.hedging and hedge is not None:
+                hedge.record(now - a.started, now)
+                for i in range(len(self._attempts)):  # the losers took at least this long (censored samples)
+                    a = <_Attempt>self._attempts[i]
+                    if a.live and i != n:
+                        hedge.record(now - a.started, now)
             self._commit_to(n, out)
         return out
 
@@ -531,6 +543,12 @@ cdef class CallMachine:
                 self._stopped = True
                 self._stop_reason = R_THROTTLED
                 break
+            if self.hedging and self.counted > 0 and self.policy.hedge is not None and \
+                    not self.policy.hedge.take_hedge():
+                # Over the extra-load budget: the call goes on with the attempts it has.
+                self._stopped = True
+                self._stop_reason = R_BUDGET
+                break
             address = self.picker.pick(self._used)
             if address < 0:
                 blocked = True
@@ -540,7 +558,8 @@ cdef class CallMachine:
             self.counted += 1
             self._start_attempt(address, self.counted - 1, now, out)
             if self.hedging and self.counted < self.max_attempts and not self.committed:
-                self.next_at = now + self.policy.hedging_delay
+                self.next_at = now + (self.policy.hedging_delay if self.policy.hedge is None else
+                                      self.policy.hedge.delay(now))
             else:
                 self.next_at = INFINITY
         if self.live == 0:
@@ -608,6 +627,7 @@ cdef class CallMachine:
         cdef int n = len(self._attempts)
         a.previous = previous
         a.generation = self.picker.generation
+        a.started = now
         a.live = True
         self._attempts.append(a)
         self._used = self._used | (1 << address)

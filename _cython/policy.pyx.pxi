@@ -52,11 +52,12 @@ cdef class CallPolicy:
     cdef readonly double timeout
     cdef readonly object wait_for_ready
     cdef readonly double hedging_delay   # seconds; -1: a retry policy (or none)
+    cdef readonly HedgingControl hedge   # adaptive delay and extra-load budget (None: A6's fixed delay)
     cdef readonly RetryStats stats
 
     def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
                  double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),
-                 wait_for_ready=None, double hedging_delay=-1.0):
+                 wait_for_ready=None, double hedging_delay=-1.0, HedgingControl hedge=None):
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.max_attempts = max_attempts
@@ -67,6 +68,7 @@ cdef class CallPolicy:
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         self.hedging_delay = hedging_delay
+        self.hedge = hedge
         self.stats = RetryStats()
 
     @property

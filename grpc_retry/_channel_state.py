@@ -7,10 +7,11 @@ import logging
 import math
 import random
 import threading
+import time
 from typing import Dict, Optional, Tuple
 
 from grpc_retry._config import RetryThrottling
-from grpc_retry._core import BufferPool, CallPolicy, RetryThrottle
+from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
 
 log = logging.getLogger("grpc_retry")
@@ -60,8 +61,10 @@ class ChannelState:
 
     def retry_stats(self) -> Dict[str, dict]:
         """A6 retry statistics of each method this channel has called with a retry or hedging policy."""
-        return {method: policy.stats.as_dict() for method, policy in self._policies.items()
-                if policy.max_attempts > 1}
+        now = time.monotonic()
+        return {method: policy.stats.as_dict() if policy.hedge is None else
+                {**policy.stats.as_dict(), **policy.hedge.as_dict(now)}
+                for method, policy in self._policies.items() if policy.max_attempts > 1}
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)
@@ -71,8 +74,13 @@ class ChannelState:
         rp = mc.retry_policy if self.options.enable_retries else None
         hp = mc.hedging_policy if self.options.enable_retries else None
         if hp is not None:
+            options = self.options
+            hedge = None
+            if options.hedging_quantile > 0 or options.max_extra_load >= 0:
+                hedge = HedgingControl(hp.hedging_delay, options.hedging_quantile, options.max_extra_load)
             return CallPolicy(max_attempts=hp.max_attempts, retryable_codes=hp.non_fatal_status_codes,
-                              timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay)
+                              timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay,
+                              hedge=hedge)
         if rp is None:
             return CallPolicy(timeout=timeout, wait_for_ready=mc.wait_for_ready)
         return CallPolicy(

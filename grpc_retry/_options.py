@@ -15,13 +15,15 @@ ENABLE_RETRIES = "grpc.enable_retries"
 PER_RPC_BUFFER = "grpc.per_rpc_retry_buffer_size"
 CHANNEL_BUFFER = "grpc_retry.retry_buffer_size"
 MAX_ATTEMPTS = "grpc_retry.max_attempts"
+HEDGING_QUANTILE = "grpc_retry.hedging_quantile"
+MAX_EXTRA_LOAD = "grpc_retry.max_extra_load"
 LB_POLICY = "grpc.lb_policy_name"
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 LB_POLICIES = ("pick_first", "round_robin")
-OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS)  # the grpc_retry.* options
+OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD)  # the grpc_retry.* options
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -33,6 +35,8 @@ class RetryOptions:
     per_rpc_buffer: int
     channel_buffer: int
     max_attempts: int
+    hedging_quantile: float  # 0: A6's fixed hedgingDelay
+    max_extra_load: float    # < 0: no budget
     lb_policy: str
     passthrough: Tuple[Tuple[str, Any], ...]
 
@@ -43,6 +47,17 @@ def _int_option(name: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"channel option {name}: must be at least {minimum}, got {value}")
     return value
+
+
+def _float_option(name: str, value: Any, low: float, high: Optional[float], words: str) -> Optional[float]:
+    """None when not given; else a number in the range (exclusive of both ends when high is given)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"channel option {name}: must be a number, got {value!r}")
+    if value < low or (high is not None and not low < value < high):
+        raise ValueError(f"channel option {name}: must be {words}, got {value!r}")
+    return float(value)
 
 
 def _check_as_grpcio(name: Any, value: Any) -> None:
@@ -63,7 +78,7 @@ def parse_options(options: OptionsType) -> RetryOptions:
             name, value = item
         except (TypeError, ValueError):
             raise ValueError(f"channel options must be (name, value) pairs, got {item!r}") from None
-        if name in (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, CHANNEL_BUFFER, MAX_ATTEMPTS, LB_POLICY):
+        if name in (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, LB_POLICY) or name in OURS:
             ours[name] = value  # as in grpcio, the last value given wins
         elif isinstance(name, str) and name.startswith("grpc_retry."):  # only ours: a typo, not grpcio's
             near = difflib.get_close_matches(name, OURS, n=1)
@@ -79,6 +94,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
     per_rpc = _int_option(PER_RPC_BUFFER, ours.get(PER_RPC_BUFFER, DEFAULT_PER_RPC_BUFFER), 0)
     channel = _int_option(CHANNEL_BUFFER, ours.get(CHANNEL_BUFFER, DEFAULT_CHANNEL_BUFFER), 0)
     cap = _int_option(MAX_ATTEMPTS, ours.get(MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS), 1)
+    quantile = _float_option(HEDGING_QUANTILE, ours.get(HEDGING_QUANTILE), 0.0, 1.0, "in (0, 1)")
+    extra = _float_option(MAX_EXTRA_LOAD, ours.get(MAX_EXTRA_LOAD), 0.0, None, "at least 0")
 
     text = ours.get(SERVICE_CONFIG)
     if text is not None and not isinstance(text, (str, bytes)):
@@ -98,7 +115,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
     limits = message_limits(config)
     if limits is not None:
         rest.append((SERVICE_CONFIG, limits))
-    return RetryOptions(config, bool(enable), per_rpc, channel, cap, lb_policy, tuple(rest))
+    return RetryOptions(config, bool(enable), per_rpc, channel, cap, 0.0 if quantile is None else quantile,
+                        -1.0 if extra is None else extra, lb_policy, tuple(rest))
 
 
 def message_limits(config: ServiceConfig) -> Optional[str]:
