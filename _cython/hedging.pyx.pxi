@@ -7,7 +7,7 @@
 #   the true quantile of what was recorded. The config's hedgingDelay is the floor.
 # - Hedges beyond the first attempt are at most max_extra_load of calls: a token bucket, refilled by each call by
 #   max_extra_load tokens (up to a cap that makes the window ~WINDOW_CALLS calls), a hedge costing one; it starts
-#   empty. A due hedge finding no token is not sent; the call goes on with the attempts it has (Finagle's
+#   full. A due hedge finding no token is not sent; the call goes on with the attempts it has (Finagle's
 #   maxExtraLoad).
 #
 # Attempts cancelled because another won are recorded at their age then: they took at least that long (a
@@ -23,7 +23,7 @@ cdef double GROWTH = exp(log(HIGH / LOW) / N_BUCKETS)   # each bucket's upper ed
 BUCKET_ERROR = GROWTH - 1.0
 DECAY = 2.0                    # seconds: a sample's weight falls by e in this long
 MIN_SAMPLES = 20               # fewer (decayed) samples than this: the estimate is not used yet
-WINDOW_CALLS = 100.0
+WINDOW_CALLS = 1000.0
 
 
 cdef class HedgingControl:
@@ -44,9 +44,9 @@ cdef class HedgingControl:
         self.quantile = quantile
         self.max_extra_load = max_extra_load
         # The bucket holds a window's worth of hedges (at least one, so that a small share can ever pay for
-        # one); it starts empty: the first hedges are earned by the first calls.
+        # one), and starts full: while the delay is still learning, the first calls may hedge.
         self._cap = 0.0 if max_extra_load <= 0 else max(1.0, max_extra_load * WINDOW_CALLS)
-        self._tokens = 0.0
+        self._tokens = self._cap
         self._origin = -INFINITY
 
     # -- the delay ---------------------------------------------------------------------------------------------

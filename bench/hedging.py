@@ -6,7 +6,12 @@ the same three addresses); no policy, a hedging policy whose hedgingDelay is the
 and a retry policy, all through grpc_retry.aio; and the hedging policy through the sync grpc_retry channel.
 Attempts per call are counted by the servers.
 
-Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C]
+With --adaptive: at 1, 8 and 32 calls in flight, the unhedged p99, the fixed delay (tuned at one call in flight)
+and grpc_retry's adaptive hedging (grpc_retry.hedging_quantile 0.95, grpc_retry.max_extra_load 0.05, the same
+config delay as its floor); then, with 8 in flight, the servers' latency doubles and the run reports how long the
+adaptive delay takes to follow.
+
+Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C] [--adaptive]
 """
 
 from __future__ import annotations
@@ -23,17 +28,22 @@ import grpc
 SERVICE = "bench.Tail"
 CALL = f"/{SERVICE}/Call"
 COUNT = f"/{SERVICE}/Count"
+SCALE = f"/{SERVICE}/Scale"
 SLOW_SHARE, SLOW_S, FAST_S = 0.05, 0.100, 0.001
 
 
 def _serve(port_queue) -> None:
     async def run():
-        servers, attempts = [], [0]
+        servers, attempts, scale = [], [0], [1.0]
 
         async def call(request, context):
             attempts[0] += 1
-            await asyncio.sleep(SLOW_S if random.random() < SLOW_SHARE else FAST_S)
+            await asyncio.sleep((SLOW_S if random.random() < SLOW_SHARE else FAST_S) * scale[0])
             return request
+
+        async def set_scale(request, context):  # every latency times this factor from now on
+            scale[0] = float(request.decode())
+            return b""
 
         async def count(request, context):
             n, attempts[0] = attempts[0], 0
@@ -44,6 +54,7 @@ def _serve(port_queue) -> None:
             server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
                 "Call": grpc.unary_unary_rpc_method_handler(call),
                 "Count": grpc.unary_unary_rpc_method_handler(count),
+                "Scale": grpc.unary_unary_rpc_method_handler(set_scale),
             })])
             port_queue.put(server.add_insecure_port("127.0.0.1:0"))
             await server.start()
@@ -167,13 +178,95 @@ async def run(calls: int, concurrency: int) -> dict:
         process.kill()
 
 
+ADAPTIVE = [("grpc_retry.hedging_quantile", 0.95), ("grpc_retry.max_extra_load", 0.05)]
+
+
+async def run_adaptive(calls: int) -> dict:
+    import grpc_retry.aio
+
+    process, target = start_backends()
+    try:
+        plain = grpc.aio.insecure_channel(target, options=[("grpc.service_config", config(None))])
+        _, plain_ms = await measure(plain, target, calls, 1)
+        await plain.close()
+        delay_s = healthy_p95(plain_ms)
+        hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{delay_s:.4f}s",
+                                     "nonFatalStatusCodes": ["UNAVAILABLE"]}}
+        result: dict = {"calls": calls, "fixed_delay_ms": round(delay_s * 1000, 2)}
+        for concurrency in (1, 8, 32):
+            row = {}
+            for name, policy, extra in (("unhedged", None, []), ("fixed", hedging, []),
+                                        ("adaptive", hedging, ADAPTIVE)):
+                channel = grpc_retry.aio.insecure_channel(
+                    target, options=[("grpc.service_config", config(policy))] + extra)
+                row[name], _ = await measure(channel, target, calls, concurrency)
+                if extra:
+                    row[name]["delay_ms"] = round(channel.retry_stats()[CALL]["hedging_delay"] * 1000, 2)
+                    row[name]["hedges_not_sent_for_budget"] = channel.retry_stats()[CALL][
+                        "hedges_not_sent_for_budget"]
+                await channel.close()
+            for name in ("fixed", "adaptive"):
+                row[f"{name}_p99_over_unhedged_p99"] = round(row[name]["p99_ms"] / row["unhedged"]["p99_ms"], 3)
+            result[f"in_flight_{concurrency}"] = row
+        result["latency_doubles"] = await follow_step(target, hedging)
+        return result
+    finally:
+        process.kill()
+
+
+async def follow_step(target: str, hedging: dict) -> dict:
+    """One call in flight (the servers' latency, not the client's queueing, makes the delay) through the adaptive
+    channel; after 10 s the servers' latency doubles. The delay settles (its median over the last 3 of 15 s):
+    how long after the step does it first cover 75% of the way from before to settled (its rise time)?"""
+    import grpc_retry.aio
+
+    channel = grpc_retry.aio.insecure_channel(target, options=[("grpc.service_config", config(hedging))] + ADAPTIVE)
+    multicallable = channel.unary_unary(CALL)
+    stop = asyncio.Event()
+
+    async def worker():
+        while not stop.is_set():
+            await multicallable(b"x", timeout=5)
+
+    def delay() -> float:
+        return channel.retry_stats()[CALL]["hedging_delay"]
+
+    workers = [asyncio.ensure_future(worker())]
+    try:
+        await asyncio.sleep(8)
+        samples = []
+        for _ in range(20):  # the delay before: its median over 2 s
+            await asyncio.sleep(0.1)
+            samples.append(delay())
+        before = sorted(samples)[10]
+        # The three servers share one process, and one scale.
+        async with grpc.aio.insecure_channel(target.split(",")[0].replace("ipv4:", "")) as control:
+            await control.unary_unary(SCALE)(b"2")
+        changed = time.monotonic()
+        seen = []
+        while time.monotonic() - changed < 15:
+            await asyncio.sleep(0.1)
+            seen.append((time.monotonic() - changed, delay()))
+        settled = sorted(d for t, d in seen if t > 12)[len([t for t, _ in seen if t > 12]) // 2]
+        mark = before + 0.75 * (settled - before)
+        followed = next((t for t, d in seen if d >= mark), None)
+        return {"delay_before_ms": round(before * 1000, 2), "delay_settled_ms": round(settled * 1000, 2),
+                "followed_within_s": None if followed is None else round(followed, 1)}
+    finally:
+        stop.set()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await channel.close()
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=1,
                         help="calls in flight (more, on a 2-core machine, measures queueing as much as the tail)")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="fixed delay vs grpc_retry's adaptive hedging at 1, 8 and 32 in flight, and a step")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.calls, args.concurrency))
+    result = asyncio.run(run_adaptive(args.calls) if args.adaptive else run(args.calls, args.concurrency))
     print(json.dumps(result))
     return result
 

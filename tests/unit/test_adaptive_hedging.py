@@ -104,12 +104,12 @@ def test_the_budget_allows_at_most_its_share_of_hedges():
                 m.timer(i + 0.01 * k)
         hedges += m.counted - 1
         m.cancel(1, i + 0.03)
-    assert 0.05 * 1000 - 1 <= hedges <= 0.05 * 1000
+    assert 0.05 * 1000 - 1 <= hedges <= 0.05 * 1000 + 50  # the share, plus the full bucket it started with
     assert 900 < control.budget_stopped <= wanted - hedges  # (a timer a hair early only re-arms)
 
 
 def test_a_call_over_budget_goes_on_with_its_attempts_and_says_why():
-    control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all
+    control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all (an empty bucket)
     m = machine(hedge_policy(control))
     actions = m.start(0.0, b"x")
     assert [a[0] for a in actions].count(0) == 1  # START: the first attempt
