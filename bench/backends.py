@@ -15,8 +15,6 @@ import asyncio
 import concurrent.futures
 import json
 import multiprocessing
-import os
-import sys
 
 import grpc
 
@@ -112,8 +110,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import grpc_retry.aio
+    import grpc_retry.aio  # the installed package: the source tree has no compiled core
 
     process, target = start_servers()
     try:

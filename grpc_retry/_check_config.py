@@ -1,0 +1,119 @@
+"""`python -m grpc_retry check-config FILE`: validate a service config exactly as a channel does, print every
+error and warning with its path, then what the config does per method."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Dict, List, Optional, TextIO
+
+from grpc_retry._config import MethodConfig, ServiceConfig, ServiceConfigError, parse_service_config
+from grpc_retry._options import DEFAULT_MAX_ATTEMPTS
+
+EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def describe(config: ServiceConfig) -> Dict[str, Any]:
+    """What the config does: per name, the policy and its schedule; the throttle; the load balancing."""
+    methods = {}
+    for key, mc in config.method_configs.items():
+        methods[_name(key)] = _method(mc)
+    throttle = config.retry_throttling
+    return {
+        "methods": methods,
+        "retry_throttling": None if throttle is None else {
+            "max_tokens": throttle.max_tokens, "token_ratio": throttle.token_ratio,
+            # A6: retries and hedges stop while the tokens are at or below half of maxTokens.
+            "retries_stop_at_or_below_tokens": throttle.max_tokens / 2,
+            "failures_in_a_row_to_stop": math.ceil(throttle.max_tokens / 2)},
+        "load_balancing": config.lb_policy or "pick_first",
+    }
+
+
+def _name(key: str) -> str:
+    return "(default: every method)" if key == "" else (key + "*" if key.endswith("/") else key)
+
+
+def _method(mc: MethodConfig) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if mc.retry_policy is not None:
+        rp = mc.retry_policy
+        out["policy"] = "retry"
+        out["max_attempts"] = rp.max_attempts  # after the client's cap
+        # A6: retry n waits random(0, min(initialBackoff * multiplier^(n-1), maxBackoff)).
+        out["backoff_s"] = [[0.0, round(min(rp.initial_backoff * rp.backoff_multiplier ** (n - 1), rp.max_backoff), 6)]
+                            for n in range(1, rp.max_attempts)]
+        out["retryable_status_codes"] = sorted(_code_names(rp.retryable_status_codes))
+    elif mc.hedging_policy is not None:
+        hp = mc.hedging_policy
+        out["policy"] = "hedging"
+        out["max_attempts"] = hp.max_attempts
+        out["hedges_sent_at_s"] = [round(k * hp.hedging_delay, 6) for k in range(1, hp.max_attempts)]
+        out["non_fatal_status_codes"] = sorted(_code_names(hp.non_fatal_status_codes))
+    else:
+        out["policy"] = "none"
+    for field in ("timeout", "wait_for_ready", "max_request_message_bytes", "max_response_message_bytes"):
+        value = getattr(mc, field)
+        if value is not None:
+            out[field] = value
+    return out
+
+
+def _code_names(codes) -> List[str]:
+    from grpc_retry._config import STATUS_CODE_NAMES
+    return [STATUS_CODE_NAMES[c] for c in codes]
+
+
+def check(text: str, max_attempts_cap: int = DEFAULT_MAX_ATTEMPTS) -> Dict[str, Any]:
+    try:
+        config = parse_service_config(text, max_attempts_cap=max_attempts_cap)
+    except ServiceConfigError as error:
+        return {"valid": False, "errors": error.errors, "warnings": []}
+    return {"valid": True, "errors": [], "warnings": list(config.warnings), **describe(config)}
+
+
+def _print_human(report: Dict[str, Any], out: TextIO) -> None:
+    for error in report["errors"]:
+        print(f"error: {error}", file=out)
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=out)
+    if not report["valid"]:
+        print(f"invalid: {len(report['errors'])} error(s)", file=out)
+        return
+    print("valid" + (f", {len(report['warnings'])} warning(s)" if report["warnings"] else ""), file=out)
+    for name, method in report["methods"].items():
+        line = f"  {name}: {method['policy']}"
+        if method["policy"] == "retry":
+            schedule = ", ".join(f"retry {n}: 0-{hi}s" for n, (_, hi) in enumerate(method["backoff_s"], 1))
+            line += (f", {method['max_attempts']} attempts, on {', '.join(method['retryable_status_codes'])}; "
+                     f"backoff {schedule}")
+        elif method["policy"] == "hedging":
+            sent = ", ".join(f"{t}s" for t in method["hedges_sent_at_s"])
+            codes = ", ".join(method["non_fatal_status_codes"]) or "none (every failure is fatal)"
+            line += f", {method['max_attempts']} attempts, hedges at {sent}; non-fatal: {codes}"
+        for field in ("timeout", "wait_for_ready", "max_request_message_bytes", "max_response_message_bytes"):
+            if field in method:
+                line += f"; {field} {method[field]}"
+        print(line, file=out)
+    throttle = report["retry_throttling"]
+    if throttle is not None:
+        print(f"  throttling: retries and hedges stop at or below {throttle['retries_stop_at_or_below_tokens']} "
+              f"of {throttle['max_tokens']} tokens (about {throttle['failures_in_a_row_to_stop']} failures in a "
+              f"row), each success adds {throttle['token_ratio']}", file=out)
+    print(f"  load balancing: {report['load_balancing']}", file=out)
+
+
+def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"check-config: cannot read {path}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    report = check(text, max_attempts_cap)
+    if as_json:
+        print(json.dumps(report, indent=2), file=out)
+    else:
+        _print_human(report, out)
+    return EXIT_VALID if report["valid"] else EXIT_INVALID

@@ -1,0 +1,85 @@
+"""`python -m grpc_retry check-config`: exit status 0 valid / 1 invalid / 2 usage, every error and warning with
+its path, and what the config does per method."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grpc_retry.__main__ import main
+
+CONFIG = {"methodConfig": [
+    {"name": [{"service": "pkg.Svc"}], "retryPolicy": {"maxAttempts": 9, "initialBackoff": "0.1s",
+                                                        "maxBackoff": "0.3s", "backoffMultiplier": 2,
+                                                        "retryableStatusCodes": ["UNAVAILABLE"]}},
+    {"name": [{"service": "pkg.Svc", "method": "Fast"}], "hedgingPolicy": {
+        "maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": [14]}, "timeout": "2s"}],
+    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}
+
+
+def run(tmp_path, capsys, doc, *flags):
+    path = tmp_path / "config.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    code = main(["check-config", *flags, str(path)])
+    return code, capsys.readouterr()
+
+
+def test_a_valid_config_and_what_it_does(tmp_path, capsys):
+    code, out = run(tmp_path, capsys, CONFIG)
+    assert code == 0
+    lines = out.out.splitlines()
+    assert lines[0] == "valid"
+    assert "/pkg.Svc/*: retry, 5 attempts, on UNAVAILABLE; backoff retry 1: 0-0.1s, retry 2: 0-0.2s, " \
+           "retry 3: 0-0.3s, retry 4: 0-0.3s" in lines[1]
+    assert lines[2] == "  /pkg.Svc/Fast: hedging, 3 attempts, hedges at 0.05s, 0.1s; non-fatal: UNAVAILABLE; " \
+                       "timeout 2.0"
+    assert "stop at or below 5.0 of 10.0 tokens (about 5 failures in a row)" in out.out
+
+
+def test_the_client_cap_is_an_option(tmp_path, capsys):
+    code, out = run(tmp_path, capsys, CONFIG, "--json", "--max-attempts", "3")
+    report = json.loads(out.out)
+    assert code == 0 and report["methods"]["/pkg.Svc/*"]["max_attempts"] == 3
+
+
+def test_an_invalid_config_lists_every_error(tmp_path, capsys):
+    code, out = run(tmp_path, capsys, {"methodConfig": [{"name": [{}], "timeout": "soon",
+                                                         "retryPolicy": {"maxAttempts": 1}}]})
+    assert code == 1
+    assert "error: methodConfig[0].timeout: invalid duration 'soon'" in out.out
+    assert "error: methodConfig[0].retryPolicy.maxAttempts: must be at least 2" in out.out
+    assert out.out.splitlines()[-1].startswith("invalid: ")
+
+
+def test_warnings_with_paths_and_json(tmp_path, capsys):
+    doc = {"methodConfig": [{"name": [{"service": "/pkg.Svc"}], "hedgingPolicy": {"maxAttempts": 2,
+                                                                                  "hedgeDelay": "1s"}}]}
+    code, out = run(tmp_path, capsys, doc, "--json")
+    report = json.loads(out.out)
+    assert code == 0 and report["valid"]
+    assert any("hedgeDelay: unknown key, ignored (did you mean 'hedgingDelay'?)" in w for w in report["warnings"])
+    assert any("name[0].service" in w and "can never match" in w for w in report["warnings"])
+    assert report["methods"]["//pkg.Svc/*"]["hedges_sent_at_s"] == [0.0]  # the misspelt delay: all at once
+
+
+@pytest.mark.parametrize("argv", [["check-config"], ["check-config", "/no/such/file"], [],
+                                  ["check-config", "--max-attempts", "0", "x"]])
+def test_usage_errors_exit_2(argv, capsys):
+    assert main(argv) == 2
+
+
+def test_standard_input_and_the_module_entry_point():
+    done = subprocess.run([sys.executable, "-m", "grpc_retry", "check-config", "-"], input='{"a": 1, "a": 2}',
+                          capture_output=True, text=True, cwd="/")
+    assert done.returncode == 1 and "<root>: duplicate key 'a'" in done.stdout
+
+
+def test_output_to_a_stream():
+    from grpc_retry._check_config import main as check
+
+    out = io.StringIO()
+    assert check("/dev/null", False, 5, out) == 0 and out.getvalue().startswith("valid")
