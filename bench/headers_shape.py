@@ -44,7 +44,7 @@ async def _measure(target: str, calls: int, rounds: int) -> dict:
                 await asyncio.gather(*(worker(calls // inflight) for _ in range(inflight)))
                 samples[name].append((time.process_time() - start) / calls)
         result[str(inflight)] = round(statistics.median(
-            h / u for h, u in zip(samples["headers_first"], samples["unary"])), 3)
+            h / u for h, u in zip(samples["headers_first"], samples["unary"], strict=True)), 3)
     await channel.close()
     return result
 

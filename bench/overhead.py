@@ -72,7 +72,7 @@ def start_server():
 
 
 def summarize(plain: List[float], ours: List[float]) -> dict:
-    ratios = [o / p for p, o in zip(plain, ours)]
+    ratios = [o / p for p, o in zip(plain, ours, strict=True)]
     return {
         "ratio": round(statistics.median(ratios), 3),
         "ratio_of_sums": round(sum(ours) / sum(plain), 3),

@@ -418,7 +418,7 @@ def main() -> int:
             outcomes[client] = outcome
         except queue.Empty:
             pass
-    for client, process in zip(clients, processes):
+    for client, process in zip(clients, processes, strict=True):
         process.join(max(0.0, deadline - time.monotonic()))
         if client not in outcomes:  # its calls, its close() or its workers hung
             outcomes[client] = {"error": f"hung: no report {REPORT_WITHIN:.0f} s after its calls stopped"}

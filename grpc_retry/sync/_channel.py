@@ -193,9 +193,8 @@ class Channel(RetryStatistics, grpc.Channel):
     def __enter__(self) -> Channel:
         return self
 
-    def __exit__(self, exc_type, exc_val, exc_tb) -> bool:
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
         self.close()
-        return False
 
 
 class _Subscription:

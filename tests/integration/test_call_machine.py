@@ -170,7 +170,7 @@ def _attempt_sequence(api: str, scenario: Scenario) -> Tuple[grpc.StatusCode, Li
     client = Client(api)
     try:
         method = UNARY if scenario.kind == "unary" else SERVER_STREAM
-        for backend, steps in zip(backends, scenario.scripts):
+        for backend, steps in zip(backends, scenario.scripts, strict=False):
             backend.script(method, *steps)
         ch = client.channel(target(backends), [("grpc.service_config", scenario.config)])
         call: Callable = ch.unary if scenario.kind == "unary" else ch.server_stream
