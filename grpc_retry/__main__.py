@@ -20,6 +20,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     check.add_argument("--json", action="store_true", help="print the report as JSON, for machines")
     check.add_argument("--max-attempts", type=int, default=5, metavar="N",
                        help="the client's cap on maxAttempts, as the grpc_retry.max_attempts option (default 5)")
+    demo = commands.add_parser(
+        "demo", help="the same workload through grpcio and grpc_retry, side by side, and what it shows",
+        description="Start three local backends (separate processes): one healthy, one failing a share of calls "
+                    "with UNAVAILABLE, one with a slow tail. Run the same unary workload through plain grpcio "
+                    "(its own retries, the same service config) and through grpc_retry with no policy, a retry "
+                    "policy and a hedging policy; print a table per channel (success rate, p50/p99/p99.9 "
+                    "latency, attempts per call, share of retries that went to a backend the call had not used) "
+                    "and what it means. A progress bar, the table and the chart need: "
+                    'pip install "grpc_retry[demo]".')
+    demo.add_argument("--calls", type=int, default=2000, help="calls per channel (default 2000)")
+    demo.add_argument("--concurrency", type=int, default=4, help="calls in flight (default 4)")
+    demo.add_argument("--sync", action="store_true", help="use the sync API (threads) instead of asyncio")
+    demo.add_argument("--plot", metavar="FILE.png", help="write a latency CDF chart of every channel (matplotlib)")
+    demo.add_argument("--fail-share", type=float, default=0.5,
+                      help="share of calls the flaky backend fails with UNAVAILABLE (default 0.5)")
+    demo.add_argument("--slow-share", type=float, default=0.1,
+                      help="share of calls the slow backend holds for 200 ms (default 0.1)")
+    demo.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse's own usage errors exit 2
@@ -31,6 +49,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         from grpc_retry._check_config import main as check_config
 
         return check_config(args.file, args.json, args.max_attempts)
+    if args.command == "demo":
+        if args.calls < 10 or args.concurrency < 1 or not 0 <= args.fail_share < 1 or not 0 <= args.slow_share <= 1:
+            print("demo: --calls must be at least 10, --concurrency at least 1, the shares in [0, 1)",
+                  file=sys.stderr)
+            return 2
+        from grpc_retry._demo import main as demo_main
+
+        return demo_main(args.calls, args.concurrency, args.sync, args.plot, args.fail_share, args.slow_share,
+                         args.json)
     parser.print_help()
     return 2
 
