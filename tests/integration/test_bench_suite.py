@@ -1,0 +1,18 @@
+"""`python -m bench --quick`: every benchmark runs against the installed package and prints its figures."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_suite_runs_every_benchmark():
+    done = subprocess.run([sys.executable, "-m", "bench", "--quick"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [line["benchmark"] for line in lines[:-1]] == ["overhead", "backends", "hedging", "headers_shape"]
+    backends = lines[1]
+    assert backends["grpc_retry_aio"] == 1.0 and backends["grpc_retry_sync"] == 1.0
