@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import List, Optional
 
+from grpc_retry._options import DEFAULT_MAX_ATTEMPTS
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="grpc-retry", description="grpc_retry's tools.")
@@ -18,7 +20,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "Exit status: 0 valid, 1 invalid, 2 usage.")
     check.add_argument("file", help="the config file, or - for standard input")
     check.add_argument("--json", action="store_true", help="print the report as JSON, for machines")
-    check.add_argument("--max-attempts", type=int, default=5, metavar="N",
+    check.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                        help="the client's cap on maxAttempts, as the grpc_retry.max_attempts option (default 5)")
     demo = commands.add_parser(
         "demo", help="the same workload through grpcio and grpc_retry, side by side, and what it shows",

@@ -8,7 +8,13 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, TextIO
 
-from grpc_retry._config import MethodConfig, ServiceConfig, ServiceConfigError, parse_service_config
+from grpc_retry._config import (
+    STATUS_CODE_NAMES,
+    MethodConfig,
+    ServiceConfig,
+    ServiceConfigError,
+    parse_service_config,
+)
 from grpc_retry._options import DEFAULT_MAX_ATTEMPTS
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -61,7 +67,6 @@ def _method(mc: MethodConfig) -> Dict[str, Any]:
 
 
 def _code_names(codes) -> List[str]:
-    from grpc_retry._config import STATUS_CODE_NAMES
     return [STATUS_CODE_NAMES[c] for c in codes]
 
 

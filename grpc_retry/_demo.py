@@ -299,7 +299,7 @@ class _Progress:
             self._rich.stop()
 
 
-def main(calls: int, concurrency: int, sync: bool, plot_path: Optional[str], fail_share: float,  # noqa: C901
+def main(calls: int, concurrency: int, sync: bool, plot_path: Optional[str], fail_share: float,
          slow_share: float, as_json: bool, out: Any = None) -> int:
     out = out or sys.stdout
     if plot_path is not None:
