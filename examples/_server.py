@@ -29,7 +29,7 @@ class Server:
         self._server.start()
 
     def _call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        previous = dict(context.invocation_metadata()).get("grpc-previous-rpc-attempts", "0")
+        previous = str(dict(context.invocation_metadata()).get("grpc-previous-rpc-attempts", "0"))
         with self._lock:
             n = len(self.attempts)
             self.attempts.append(str(previous))

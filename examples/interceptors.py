@@ -1,9 +1,13 @@
 """An asyncio client interceptor over a grpc_retry channel: it sees one logical call (with its final status),
 not each attempt; the retries happen beneath it."""
 
+from __future__ import annotations
+
 import asyncio
 import json
+from typing import Any, Callable, List, Tuple
 
+import grpc
 from _server import CALL, Server
 from grpc import aio
 
@@ -18,9 +22,10 @@ SERVICE_CONFIG = json.dumps({"methodConfig": [{
 
 class Logging(aio.UnaryUnaryClientInterceptor):
     def __init__(self) -> None:
-        self.seen = []
+        self.seen: List[Tuple[str, grpc.StatusCode]] = []
 
-    async def intercept_unary_unary(self, continuation, details, request):
+    async def intercept_unary_unary(self, continuation: Callable[..., Any], details: aio.ClientCallDetails,
+                                    request: Any) -> Any:
         call = await continuation(details, request)
         self.seen.append((details.method, await call.code()))
         print(f"  interceptor: {details.method} ended {await call.code()}")

@@ -1,8 +1,11 @@
 """A retried call against a local flaky server: the server fails the first two attempts with UNAVAILABLE,
 grpc_retry retries them per the service config, and the application sees one successful call."""
 
+from __future__ import annotations
+
 import asyncio
 import json
+from typing import List
 
 import grpc
 
@@ -21,10 +24,10 @@ SERVICE_CONFIG = json.dumps({
 
 
 async def main() -> None:
-    attempts = []
+    attempts: List[str] = []
 
-    async def hello(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        previous = dict(context.invocation_metadata()).get("grpc-previous-rpc-attempts", "0")
+    async def hello(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        previous = str(dict(context.invocation_metadata() or ()).get("grpc-previous-rpc-attempts", "0"))
         attempts.append(previous)
         print(f"server: attempt with grpc-previous-rpc-attempts={previous}")
         if len(attempts) < 3:

@@ -2,6 +2,8 @@
 fails retryably, the whole operation runs again after a backoff. The channel's own retries are off
 (grpc.enable_retries 0), so each try is one attempt per call on the wire."""
 
+from __future__ import annotations
+
 import grpc
 from _server import CALL, Server
 
@@ -10,7 +12,7 @@ from grpc_retry.strategy import StandardRetryPolicy, StandardRetryStrategy
 server = Server(fail_first=1)  # the first try's read fails
 strategy = StandardRetryStrategy()
 with grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[("grpc.enable_retries", 0)]) as channel:
-    call = channel.unary_unary(CALL)
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(CALL)
 
     def read_then_write() -> bytes:
         read = call(b"read", timeout=5)

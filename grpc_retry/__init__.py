@@ -1,9 +1,12 @@
 """grpc_retry: gRFC A6 retries for Python gRPC clients, as a drop-in channel on stock grpcio."""
 
-from grpc_retry._config import ServiceConfigError, ServiceConfigWarning
-from grpc_retry.sync import Channel, insecure_channel, secure_channel
+from grpc_retry._version import __version__, warn_if_untested
 
-__version__ = "0.1.0"
+warn_if_untested()  # before anything reads grpcio's internals
 
-__all__ = ["Channel", "ServiceConfigError", "ServiceConfigWarning", "__version__", "insecure_channel",
-           "secure_channel"]
+from grpc_retry._config import ServiceConfigError, ServiceConfigWarning  # noqa: E402
+from grpc_retry._install import install, uninstall  # noqa: E402
+from grpc_retry.sync import Channel, insecure_channel, secure_channel  # noqa: E402
+
+__all__ = ["Channel", "ServiceConfigError", "ServiceConfigWarning", "__version__", "insecure_channel", "install",
+           "secure_channel", "uninstall"]

@@ -8,11 +8,12 @@ import math
 import random
 import threading
 import time
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
+from grpc_retry._stats import MethodStats
 
 log = logging.getLogger("grpc_retry")
 
@@ -38,7 +39,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 class ChannelState:
     __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "_policies")
 
-    def __init__(self, target: str, options: OptionsType):
+    def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
             raise ValueError(f"target must be a non-empty string, got {target!r}")
         self.target = target
@@ -48,7 +49,7 @@ class ChannelState:
         self.rng = random.random
         # Calls whose attempts the channel does not run inline: each adds itself as it starts and removes itself
         # as it ends, exactly once.
-        self.calls: set = set()
+        self.calls: Set[Any] = set()
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
 
@@ -59,12 +60,19 @@ class ChannelState:
             policy = self._policies[method] = self._resolve(method)
         return policy
 
-    def retry_stats(self) -> Dict[str, dict]:
+    def retry_stats(self) -> Dict[str, MethodStats]:
         """A6 retry statistics of each method this channel has called with a retry or hedging policy."""
         now = time.monotonic()
-        return {method: policy.stats.as_dict() if policy.hedge is None else
-                {**policy.stats.as_dict(), **policy.hedge.as_dict(now)}
-                for method, policy in self._policies.items() if policy.max_attempts > 1}
+        out: Dict[str, MethodStats] = {}
+        for method, policy in self._policies.items():
+            if policy.max_attempts > 1:
+                stats = policy.stats
+                out[method] = MethodStats(retry_attempts=stats.retries, retry_attempts_failed=stats.retries_failed,
+                                          histogram=stats.histogram())
+                if policy.hedge is not None:
+                    out[method]["hedging_delay"] = policy.hedge.delay(now)
+                    out[method]["hedges_not_sent_for_budget"] = policy.hedge.budget_stopped
+        return out
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, Iterable, List, Optional, TextIO
 
 from grpc_retry._config import (
     STATUS_CODE_NAMES,
@@ -66,7 +66,7 @@ def _method(mc: MethodConfig) -> Dict[str, Any]:
     return out
 
 
-def _code_names(codes) -> List[str]:
+def _code_names(codes: Iterable[int]) -> List[str]:
     return [STATUS_CODE_NAMES[c] for c in codes]
 
 

@@ -295,22 +295,26 @@ class _Parser:
     def json_object(self, value: Any, path: str) -> Optional[dict[str, Any]]:
         if isinstance(value, dict):
             return value
-        return self.error(path, "must be an object")
+        self.error(path, "must be an object")
+        return None
 
     def json_list(self, value: Any, path: str) -> Optional[list[Any]]:
         if isinstance(value, list):
             return value
-        return self.error(path, "must be a list")
+        self.error(path, "must be a list")
+        return None
 
     def json_string(self, value: Any, path: str) -> Optional[str]:
         if isinstance(value, str):
             return value
-        return self.error(path, "must be a string")
+        self.error(path, "must be a string")
+        return None
 
     def json_bool(self, value: Any, path: str) -> Optional[bool]:
         if isinstance(value, bool):
             return value
-        return self.error(path, "must be a boolean")
+        self.error(path, "must be a boolean")
+        return None
 
     def integer(self, value: Any, path: str) -> Optional[int]:
         """An integer, as proto3 JSON writes one: a number with no fraction, or a string of one."""
@@ -318,12 +322,14 @@ class _Parser:
             try:
                 value = _decimal(value)
             except ValueError:
-                return self.error(path, f"number {_show(value)} is out of range")
+                self.error(path, f"number {_show(value)} is out of range")
+                return None
         if isinstance(value, Decimal) and value == value.to_integral_value():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        return self.error(path, "must be an integer or an integer string")
+        self.error(path, "must be an integer or an integer string")
+        return None
 
     def number(self, value: Any, path: str) -> Optional[Decimal]:
         """A number, as proto3 JSON writes one: a JSON number or a numeric string."""
@@ -331,23 +337,28 @@ class _Parser:
             try:
                 value = _decimal(value)
             except ValueError:
-                return self.error(path, f"number {_show(value)} is out of range")
+                self.error(path, f"number {_show(value)} is out of range")
+                return None
         if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
             return Decimal(value)
-        return self.error(path, "must be a number or a numeric string")
+        self.error(path, "must be a number or a numeric string")
+        return None
 
     def duration(self, value: Any, path: str) -> Optional[float]:
         """A proto3 JSON Duration such as "1.5s", in seconds."""
         if not isinstance(value, str):
-            return self.error(path, 'must be a duration string such as "1.5s"')
+            self.error(path, 'must be a duration string such as "1.5s"')
+            return None
         if not _DURATION.fullmatch(value):
-            return self.error(path, f'invalid duration {_show(value)} (expected e.g. "1.5s")')
+            self.error(path, f'invalid duration {_show(value)} (expected e.g. "1.5s")')
+            return None
         if value.lstrip("-").startswith("."):
             value = value.replace(".", "0.", 1)
         try:
             duration_pb2.Duration().FromJsonString(value)
         except ValueError:
-            return self.error(path, f"duration {_show(value)} is out of range")
+            self.error(path, f"duration {_show(value)} is out of range")
+            return None
         return float(value[:-1])
 
     # The schema
@@ -409,7 +420,10 @@ class _Parser:
         if len(self.errors) > n_errors:
             return None
         if not service:
-            return self.error(path, "method given without service") if method else ""
+            if method:
+                self.error(path, "method given without service")
+                return None
+            return ""
         if "/" in service or "/" in method:
             where = f"{path}.service" if "/" in service else f"{path}.method"
             self.warnings.append(f"{where}: {_show(service if '/' in service else method)} can never match a "
@@ -468,7 +482,8 @@ class _Parser:
         if items is None:
             return None if required else frozenset()
         if not items and required:
-            return self.error(f"{path}.{key}", "must be non-empty")
+            self.error(f"{path}.{key}", "must be non-empty")
+            return None
         n_errors = len(self.errors)
         codes = set()
         for i, item in enumerate(items):
@@ -532,7 +547,8 @@ class _Parser:
             if entry is None:
                 return None
             if len(entry) != 1:
-                return self.error(item_path, "must have exactly one key (the policy name)")
+                self.error(item_path, "must have exactly one key (the policy name)")
+                return None
             ((name, policy_config),) = entry.items()
             if name not in LB_POLICIES:
                 skipped.append(name)
@@ -543,4 +559,5 @@ class _Parser:
                 log.info("grpc_retry: loadBalancingConfig: using %s (not implemented here: %s)", name,
                          ", ".join(map(_show, skipped)))
             return name
-        return self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES)})")
+        self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES)})")
+        return None

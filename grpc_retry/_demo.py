@@ -86,7 +86,8 @@ def collect(ports: List[int]) -> Dict[str, List[Tuple[int, int]]]:
     calls: Dict[str, List[Tuple[int, int]]] = {}
     for port in ports:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            report = json.loads(channel.unary_unary(REPORT)(b"", timeout=10))
+            report_method: Any = channel.unary_unary(REPORT)  # bytes in, bytes out
+            report = json.loads(report_method(b"", timeout=10))
         for call_id, numbers in report["attempts"].items():
             calls.setdefault(call_id, []).extend((n, report["backend"]) for n in numbers)
     return calls
@@ -95,7 +96,7 @@ def collect(ports: List[int]) -> Dict[str, List[Tuple[int, int]]]:
 # -- the workload ----------------------------------------------------------------------------------------------
 
 
-def configs(hedging_delay: float) -> Dict[str, Optional[dict]]:
+def configs(hedging_delay: float) -> Dict[str, Optional[Dict[str, Any]]]:
     retry = {"retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
                              "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}
     hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{hedging_delay}s",
@@ -103,12 +104,12 @@ def configs(hedging_delay: float) -> Dict[str, Optional[dict]]:
     return {GRPCIO: retry, "grpc_retry, no policy": None, RETRY: retry, HEDGING: hedging}
 
 
-def service_config(policy: Optional[dict]) -> str:
+def service_config(policy: Optional[Dict[str, Any]]) -> str:
     method = {"name": [{"service": SERVICE}], **(policy or {})}
     return json.dumps({"methodConfig": [method], "loadBalancingConfig": [{"round_robin": {}}]})
 
 
-def make_channel(name: str, target: str, policy: Optional[dict], sync: bool) -> Any:
+def make_channel(name: str, target: str, policy: Optional[Dict[str, Any]], sync: bool) -> Any:
     options = [("grpc.service_config", service_config(policy))]
     if name.startswith("grpcio"):
         return grpc.insecure_channel(target, options=options) if sync else \
@@ -120,7 +121,8 @@ def make_channel(name: str, target: str, policy: Optional[dict], sync: bool) -> 
         grpc_retry.aio.insecure_channel(target, options=options)
 
 
-async def run_aio(channel: Any, prefix: str, calls: int, concurrency: int, tick: Callable[[], None]):
+async def run_aio(channel: Any, prefix: str, calls: int, concurrency: int,
+                  tick: Callable[[], None]) -> List[Tuple[float, bool]]:
     method = channel.unary_unary(CALL)
     results: List[Tuple[float, bool]] = []
     queue = list(range(calls))
@@ -142,7 +144,8 @@ async def run_aio(channel: Any, prefix: str, calls: int, concurrency: int, tick:
     return results
 
 
-def run_sync(channel: Any, prefix: str, calls: int, concurrency: int, tick: Callable[[], None]):
+def run_sync(channel: Any, prefix: str, calls: int, concurrency: int,
+             tick: Callable[[], None]) -> List[Tuple[float, bool]]:
     method = channel.unary_unary(CALL)
     results: List[Tuple[float, bool]] = []
     queue = list(range(calls))
@@ -265,7 +268,7 @@ def plot(rows: Dict[str, Dict[str, Any]], path: str) -> None:
 class _Progress:
     """A live progress bar (rich), or a plain count every 10%."""
 
-    def __init__(self, total: int, out: Any):
+    def __init__(self, total: int, out: Any) -> None:
         self._total, self._out, self._done = total, out, 0
         self._lock = threading.Lock()
         try:
@@ -299,8 +302,8 @@ class _Progress:
             self._rich.stop()
 
 
-def main(calls: int, concurrency: int, sync: bool, plot_path: Optional[str], fail_share: float,
-         slow_share: float, as_json: bool, out: Any = None) -> int:
+def main(calls: int, concurrency: int, sync: bool, plot_path: Optional[str], fail_share: float, slow_share: float,
+         as_json: bool, out: Any = None) -> int:
     out = out or sys.stdout
     if plot_path is not None:
         try:

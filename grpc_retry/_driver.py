@@ -4,11 +4,15 @@ statuses grpc_retry ends a call with. A driver subclasses CallDriver and supplie
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import grpc
 
-from grpc_retry._core import CANCEL, COMMIT, DELIVER, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE
+from grpc_retry._core import CANCEL, COMMIT, DELIVER, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE, CallMachine
+
+if TYPE_CHECKING:
+    from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
+
 
 log = logging.getLogger("grpc_retry")
 
@@ -63,8 +67,8 @@ class CallDriver:
 
     __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr")
 
-    def __init__(self, method: Any, machine: Any, request: Optional[bytes], metadata, credentials,
-                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
         self._machine = machine
         self._method = method  # the channel's method (_method.Method): inner(address), subchannels, ...
         self._request = request
@@ -75,7 +79,7 @@ class CallDriver:
         self._grpc_wfr = bool(wait_for_ready) and (
             not machine.transparent_enabled or (stream_request and machine.committed))
 
-    def _act(self, actions: list) -> None:
+    def _act(self, actions: List[Action]) -> None:
         for action in actions:
             kind = action[0]
             if kind == START:

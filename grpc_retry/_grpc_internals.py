@@ -10,22 +10,27 @@ good (the headers it waits for are delivered by that very thread); so the driver
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, cast
 
+from grpc import aio
 from grpc._cython import cygrpc
+from grpc.aio import _interceptor
+
+Metadata = Tuple[Any, ...]  # (key, value) pairs
 
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
 
 def aio_working_loop() -> asyncio.AbstractEventLoop:
     """The loop a grpc.aio channel made now binds to: the running one, or (outside a coroutine) grpc.aio's pick."""
-    return cygrpc.get_working_loop()
+    return cast(asyncio.AbstractEventLoop, cygrpc.get_working_loop())
 
 
 def aio_unary_task(attempt: Any) -> asyncio.Task[Any]:
     """The task that ends with a unary-response attempt's response (bytes) or EOF."""
-    return attempt._call_response
+    return cast("asyncio.Task[Any]", attempt._call_response)
 
 
 def aio_status(attempt: Any) -> Optional[Any]:
@@ -38,7 +43,7 @@ def aio_initial_metadata(attempt: Any) -> Tuple[Tuple[str, Any], ...]:
 
 
 def aio_locally_cancelled(attempt: Any) -> bool:
-    return attempt._cython_call.is_locally_cancelled()
+    return bool(attempt._cython_call.is_locally_cancelled())
 
 
 async def aio_send(attempt: Any, data: bytes) -> bool:
@@ -73,10 +78,86 @@ async def aio_half_close(attempt: Any) -> None:
         pass
 
 
+class AioCallBase:
+    """A base of grpc_retry's aio calls. grpc.aio's close before 1.83 finds the calls to cancel by scanning every
+    task's frame for a `self` that is a grpc.aio.Call, and raises on one with neither `_channel` nor
+    `_cython_call`; a `_channel` that is no grpc.aio channel's makes it pass ours by (we cancel our own)."""
+
+    __slots__ = ()
+    _channel: Any = None
+
+
+# grpc.aio's interceptor calls (their cancel, done callbacks and response wrapping are what users of interceptors
+# see) with a grpc_retry call at the bottom of the chain. The chain itself is run here: grpcio runs it in a
+# method in some releases and in a closure in others, so neither can be overridden across the range.
+
+
+def _unary_response(self: Any, result: Any) -> Any:
+    return result if isinstance(result, aio.UnaryUnaryCall) else _interceptor.UnaryUnaryCallResponse(result)
+
+
+def _stream_response(call_class: type, iterator_class: type) -> Callable[[Any, Any], Any]:
+    def wrap(self: Any, result: Any) -> Any:
+        if not isinstance(result, call_class):  # an interceptor that returned an iterator of responses
+            result = iterator_class(self._last_returned_call_from_interceptors, result)
+        self._last_returned_call_from_interceptors = result
+        return result
+    return wrap
+
+
+_INTERCEPTED: Dict[str, Tuple[type, str, Callable[[Any, Any], Any]]] = {
+    "unary_unary": (_interceptor.InterceptedUnaryUnaryCall, "intercept_unary_unary", _unary_response),
+    "unary_stream": (_interceptor.InterceptedUnaryStreamCall, "intercept_unary_stream",
+                     _stream_response(aio.UnaryStreamCall, _interceptor.UnaryStreamCallResponseIterator)),
+    "stream_unary": (_interceptor.InterceptedStreamUnaryCall, "intercept_stream_unary", lambda self, result: result),
+    "stream_stream": (_interceptor.InterceptedStreamStreamCall, "intercept_stream_stream",
+                      _stream_response(aio.StreamStreamCall, _interceptor.StreamStreamCallResponseIterator)),
+}
+
+
+def aio_intercepted(kind: str) -> type:
+    """grpc.aio's intercepted call class for `kind`, made as `cls(multicallable, request, timeout, metadata,
+    credentials, wait_for_ready, compression)`; the multicallable's `_make` makes the call at the bottom."""
+    base, intercept, wrap = _INTERCEPTED[kind]
+
+    class Intercepted(base):  # type: ignore[misc, valid-type]
+        def __init__(self, multicallable: Any, request: Any, timeout: Optional[float], metadata: Any, credentials: Any,
+                     wait_for_ready: Optional[bool], compression: Any) -> None:
+            self._retry_multicallable = multicallable
+            self._retry_compression = compression
+            if not isinstance(metadata, aio.Metadata):  # interceptors get a grpc.aio.Metadata, as from grpc.aio
+                metadata = aio.Metadata.from_tuple(tuple(metadata or ()))
+            self._last_returned_call_from_interceptors = None
+            super().__init__(multicallable._interceptors, request, timeout, metadata, credentials,
+                             wait_for_ready, None, multicallable._method, None, None, asyncio.get_running_loop())
+
+        async def _invoke(self, interceptors: Any, method: Any, timeout: Optional[float], metadata: Any,
+                          credentials: Any, wait_for_ready: Optional[bool], request: Any, *serializers: Any) -> Any:
+            async def run(index: int, details: Any, request: Any) -> Any:
+                if index < len(interceptors):
+                    result = await getattr(interceptors[index], intercept)(functools.partial(run, index + 1),
+                                                                          details, request)
+                    return wrap(self, result)
+                call = self._retry_multicallable._make(request, details.timeout, details.metadata,
+                                                       details.credentials, details.wait_for_ready,
+                                                       self._retry_compression)
+                self._last_returned_call_from_interceptors = call
+                return call
+
+            details = aio.ClientCallDetails(method, timeout, metadata, credentials, wait_for_ready)
+            return await run(0, details, request)
+
+        def time_remaining(self) -> Optional[float]:
+            return None
+
+    Intercepted.__name__ = Intercepted.__qualname__ = base.__name__
+    return Intercepted
+
+
 # -- sync ------------------------------------------------------------------------------------------------------
 
 
-def sync_status(call: Any) -> Tuple[Any, Optional[str], tuple, Optional[str], tuple]:
+def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
     """An ended sync attempt's (code, details, trailing metadata, debug error string, initial metadata), read
     without blocking: grpcio's accessors each wait for their own field, and a call cancelled locally may never
     get some of them (its debug string, say)."""
@@ -90,7 +171,7 @@ def sync_code(call: Any) -> Any:
     return call._state.code
 
 
-def sync_wait_headers(call: Any) -> Tuple[tuple, bool]:
+def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
     """Block (never on grpcio's own thread) until a sync attempt has its response headers or has ended:
     (the headers so far, whether it has ended)."""
     state = call._state
@@ -115,7 +196,7 @@ def sync_response(call: Any) -> Any:
 def sync_connectivity(channel: Any, try_to_connect: bool) -> int:
     """A sync grpcio channel's connectivity state (grpc.ChannelConnectivity's number); `try_to_connect` starts a
     connection if it is IDLE. grpcio's public way, subscribe(), starts a poller thread of grpcio's own."""
-    return channel._channel.check_connectivity_state(try_to_connect)
+    return int(channel._channel.check_connectivity_state(try_to_connect))
 
 
 def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
@@ -127,4 +208,4 @@ def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
 def _decode(value: Any) -> Optional[str]:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    return value
+    return cast(Optional[str], value)

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import math
 from time import monotonic
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, cast
+
+import grpc
 
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import log
+from grpc_retry._stats import MethodStats
+
+# What the application passes to a channel's methods and calls.
+Serializer = Optional[Callable[[Any], bytes]]
+Deserializer = Optional[Callable[[bytes], Any]]
+Metadata = Optional[Any]  # a sequence of (key, value) pairs
+Credentials = Optional[grpc.CallCredentials]
+Compression = Optional[grpc.Compression]
 
 _INF = math.inf
 STREAMING_SHAPES = ("unary_stream", "stream_stream")
@@ -24,7 +34,8 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "subchannels", "calls", "attempt_streams", "unary_response")
 
-    def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer, deserializer, kind: str):
+    def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Optional[Callable[[Any], bytes]],
+                 deserializer: Optional[Callable[[bytes], Any]], kind: str) -> None:
         self._state = state
         self._method = method
         self._serializer = serializer
@@ -51,7 +62,7 @@ class Method:
     def _serialize(self, request: Any) -> Optional[bytes]:
         """The request's bytes, or None if the application's serializer failed (the call then fails INTERNAL)."""
         if self._serializer is None:
-            return request
+            return cast(Optional[bytes], request)
         try:
             return self._serializer(request)
         except Exception:
@@ -90,7 +101,7 @@ class RetryStatistics:
 
     _state: ChannelState
 
-    def retry_stats(self) -> dict:
+    def retry_stats(self) -> Dict[str, MethodStats]:
         """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
         histogram of which retry each was (hedges after the first count as retries)."""
         return self._state.retry_stats()

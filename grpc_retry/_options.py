@@ -6,7 +6,7 @@ import difflib
 import json
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from grpc_retry._config import ServiceConfig, ServiceConfigWarning, parse_service_config
 
@@ -18,12 +18,13 @@ MAX_ATTEMPTS = "grpc_retry.max_attempts"
 HEDGING_QUANTILE = "grpc_retry.hedging_quantile"
 MAX_EXTRA_LOAD = "grpc_retry.max_extra_load"
 LB_POLICY = "grpc.lb_policy_name"
+ENABLE = "grpc_retry.enable"  # read by install()'s constructors; accepted (and ignored) by our channels
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 LB_POLICIES = ("pick_first", "round_robin")
-OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD)  # the grpc_retry.* options
+OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE)  # the grpc_retry.* options
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -71,7 +72,7 @@ def _check_as_grpcio(name: Any, value: Any) -> None:
 
 def parse_options(options: OptionsType) -> RetryOptions:
     """Split `options` into grpc_retry's settings and the rest; raise ValueError naming a bad option."""
-    ours: dict = {}
+    ours: Dict[str, Any] = {}
     rest = []
     for item in options or ():
         try:
@@ -88,9 +89,11 @@ def parse_options(options: OptionsType) -> RetryOptions:
             _check_as_grpcio(name, value)
             rest.append((name, value))
 
+    for name in (ENABLE_RETRIES, ENABLE):
+        flag = ours.get(name, 1)
+        if flag not in (0, 1) or not isinstance(flag, int):
+            raise ValueError(f"channel option {name}: must be 0 or 1, got {flag!r}")
     enable = ours.get(ENABLE_RETRIES, 1)
-    if enable not in (0, 1) or not isinstance(enable, int):
-        raise ValueError(f"channel option {ENABLE_RETRIES}: must be 0 or 1, got {enable!r}")
     per_rpc = _int_option(PER_RPC_BUFFER, ours.get(PER_RPC_BUFFER, DEFAULT_PER_RPC_BUFFER), 0)
     channel = _int_option(CHANNEL_BUFFER, ours.get(CHANNEL_BUFFER, DEFAULT_CHANNEL_BUFFER), 0)
     cap = _int_option(MAX_ATTEMPTS, ours.get(MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS), 1)
@@ -130,7 +133,7 @@ def message_limits(config: ServiceConfig) -> Optional[str]:
     for key, mc in table.items():  # every entry, limits or not: a specific one shadows a general one
         service, _, method = key[1:].partition("/")
         name = {} if key == "" else {"service": service, **({"method": method} if method else {})}
-        entry: dict = {"name": [name]}
+        entry: Dict[str, Any] = {"name": [name]}
         if mc.max_request_message_bytes is not None:
             entry["maxRequestMessageBytes"] = mc.max_request_message_bytes
         if mc.max_response_message_bytes is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple, Union
 
 DEFAULT_PORT = 443
 
@@ -61,7 +61,7 @@ def address_target(host: str, port: int) -> str:
     return f"ipv4:{ip}:{port}" if ip.version == 4 else f"ipv6:[{ip}]:{port}"
 
 
-def _literal(host: str):
+def _literal(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
     try:
         return ipaddress.ip_address(host)
     except ValueError:
@@ -131,7 +131,7 @@ def resolve(target: Target) -> List[str]:
     for family, _, _, _, sockaddr in infos:
         if family not in (socket.AF_INET, socket.AF_INET6):
             continue
-        address = address_target(sockaddr[0], target.port)
+        address = address_target(str(sockaddr[0]), target.port)
         if address not in seen:
             seen.add(address)
             out.append(address)

@@ -14,15 +14,16 @@ import asyncio
 import logging
 import threading
 from time import monotonic
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import grpc
 
 from grpc_retry import _grpc_internals as internals
+from grpc_retry import _install as constructors
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
 from grpc_retry._options import RetryOptions
 from grpc_retry._resolver import parse_target, resolve
-from grpc_retry._timer import TIMERS
+from grpc_retry._timer import TIMERS, TimerHandle
 
 log = logging.getLogger("grpc_retry")
 
@@ -38,7 +39,7 @@ class Subchannels:
     min_resolution_interval = 30.0
 
     def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression]):
+                 compression: Optional[grpc.Compression]) -> None:
         self.target = parse_target(target)
         self._credentials = credentials
         self.secure = credentials is not None
@@ -51,22 +52,22 @@ class Subchannels:
         self._connected = 0  # addresses whose subchannel was started eagerly
         self._connecting = False  # try_to_connect asked for a connection and none is READY yet
         self.addresses: List[str] = []
-        self._channels: list = []
+        self._channels: List[Any] = []
         self._lock = threading.RLock()
         self._listeners: List[Callable[[], None]] = []   # one-shot: waiters for the next change
         self._watchers: List[Callable[[], None]] = []    # persistent: connectivity subscribers
         self.resolving = False
         self.resolution_error: Optional[str] = None
         self._last_resolution = float("-inf")
-        self._resolution_timer = None
+        self._resolution_timer: Optional[TimerHandle] = None
         self.closed = False
         if self.target.scheme == "static":
             self._set_addresses(list(self.target.addresses))
         else:
             self._resolve()
 
-    def _subchannel_options(self, options: RetryOptions) -> list:
-        extra = [("grpc.enable_retries", 0)]
+    def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
+        extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
         given = dict(options.passthrough)
         # Subchannels are reached by address; they speak for the original name, as grpcio's channel would —
         # or, on a secure channel with grpc.ssl_target_name_override, for that name, as grpcio's does.
@@ -138,7 +139,7 @@ class Subchannels:
 
     # -- subchannels ------------------------------------------------------------------------------------
 
-    def channel(self, index: int, connect: bool = False):
+    def channel(self, index: int, connect: bool = False) -> Any:
         """The grpcio channel of address `index`, created on first use; `connect`: make it connect now."""
         if self._eager and self._connected < len(self.addresses):
             self._connect_all()
@@ -250,7 +251,7 @@ class Subchannels:
             if index >= 0 and self.picker.state(index) == _IDLE:
                 self.channel(index, connect=True)
 
-    def _kick(self, channel) -> None:
+    def _kick(self, channel: Any) -> None:
         channel.get_state(True) if hasattr(channel, "get_state") else None
 
     def _notify(self) -> None:
@@ -271,13 +272,13 @@ class Subchannels:
 
     # -- flavor hooks -----------------------------------------------------------------------------------
 
-    def _make_channel(self, address: str):
+    def _make_channel(self, address: str) -> Any:
         raise NotImplementedError
 
-    def _watch(self, index: int, channel, connect: bool) -> None:
+    def _watch(self, index: int, channel: Any, connect: bool) -> None:
         raise NotImplementedError
 
-    def _close_channel(self, channel) -> None:
+    def _close_channel(self, channel: Any) -> None:
         raise NotImplementedError
 
     def _closed_error(self) -> Exception:
@@ -301,8 +302,10 @@ class Subchannels:
 class SyncSubchannels(Subchannels):
     def _make_channel(self, address: str) -> grpc.Channel:
         if self._credentials is None:
-            return grpc.insecure_channel(address, options=self._options, compression=self._compression)
-        return grpc.secure_channel(address, self._credentials, options=self._options, compression=self._compression)
+            return constructors.grpc_insecure_channel(address, options=self._options,
+                                                      compression=self._compression)
+        return constructors.grpc_secure_channel(address, self._credentials, options=self._options,
+                                                compression=self._compression)
 
     def _watch(self, index: int, channel: grpc.Channel, connect: bool) -> None:
         threading.Thread(target=self._poll, args=(index, channel, connect), name="grpc_retry-connectivity",
@@ -322,12 +325,12 @@ class SyncSubchannels(Subchannels):
         except ValueError:  # closed
             return
 
-    def _close_channel(self, channel) -> None:
+    def _close_channel(self, channel: Any) -> None:
         """Close a subchannel on a thread of its own: grpcio's close cancels the subchannel's calls at once, then
         waits for the connectivity watch in progress (up to POLL seconds), which is not the caller's wait."""
         threading.Thread(target=channel.close, name="grpc_retry-close", daemon=True).start()
 
-    def _kick(self, channel) -> None:
+    def _kick(self, channel: Any) -> None:
         internals.sync_connectivity(channel, True)
 
     def wait_change(self, timeout: Optional[float], since: Optional[int] = None,
@@ -356,8 +359,8 @@ class SyncSubchannels(Subchannels):
 
 
 class AioSubchannels(Subchannels):
-    def __init__(self, *args):
-        self._tasks: List[asyncio.Task] = []
+    def __init__(self, *args: Any) -> None:
+        self._tasks: List[asyncio.Task[Any]] = []
         # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
         # warning on Python 3.12+).
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
@@ -365,9 +368,10 @@ class AioSubchannels(Subchannels):
 
     def _make_channel(self, address: str) -> grpc.aio.Channel:
         if self._credentials is None:
-            return grpc.aio.insecure_channel(address, options=self._options, compression=self._compression)
-        return grpc.aio.secure_channel(address, self._credentials, options=self._options,
-                                       compression=self._compression)
+            return constructors.grpc_aio_insecure_channel(address, options=self._options,
+                                                          compression=self._compression)
+        return constructors.grpc_aio_secure_channel(address, self._credentials, options=self._options,
+                                                    compression=self._compression)
 
     def _closed_error(self) -> Exception:
         return grpc.aio.UsageError("Channel is closed.")
@@ -390,7 +394,7 @@ class AioSubchannels(Subchannels):
         except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
             return
 
-    def _close_channel(self, channel) -> None:
+    def _close_channel(self, channel: Any) -> None:
         # Called from the resolver thread too: hand the close to the channel's loop.
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -401,8 +405,8 @@ class AioSubchannels(Subchannels):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
-        def wake():
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        def wake() -> None:
+            loop.call_soon_threadsafe(_settle, future)
 
         if not self.when_changed(self.generation if since is None else since, wake):
             return
@@ -429,3 +433,8 @@ class AioSubchannels(Subchannels):
         for _ in range(3):
             await asyncio.sleep(0)
         self._notify()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -21,8 +21,8 @@ LINGER = 0.05
 class TimerHandle:
     __slots__ = ("callback", "cancelled", "_timers")
 
-    def __init__(self, callback: Callable[[], None], timers: Timers):
-        self.callback = callback
+    def __init__(self, callback: Callable[[], None], timers: Timers) -> None:
+        self.callback: Optional[Callable[[], None]] = callback
         self.cancelled = False
         self._timers = timers
 
@@ -34,7 +34,7 @@ class TimerHandle:
 
 
 class Timers:
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: List[Tuple[float, int, TimerHandle]] = []
         self._cond = threading.Condition(threading.Lock())
         self._seq = itertools.count()
@@ -84,7 +84,8 @@ class Timers:
                 except Exception:
                     log.exception("grpc_retry timer callback failed")
             # Hold nothing of the fired call while waiting for the next timer.
-            callback = handle = None
+            callback = None
+            del handle
 
 
 TIMERS = Timers()

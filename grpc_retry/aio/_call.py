@@ -14,10 +14,24 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from time import monotonic
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Dict,
+    Generator,
+    List,
+    Optional,
+    Set,
+    Tuple,
+    cast,
+)
 
 import grpc
-from grpc.aio import AioRpcError, Metadata, _base_call
+from grpc import aio
+from grpc.aio import AioRpcError, Metadata
 
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
@@ -29,6 +43,15 @@ _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
 # (grpc.aio can resolve the first a loop turn before the second). Silence this long after them means real ones.
 HEADERS_GRACE = 0.05
+if TYPE_CHECKING:  # grpc's stubs make these generic; grpc.aio's classes are not
+    _UnaryUnaryCall = aio.UnaryUnaryCall[Any, Any]
+    _UnaryStreamCall = aio.UnaryStreamCall[Any, Any]
+    _StreamUnaryCall = aio.StreamUnaryCall[Any, Any]
+    _StreamStreamCall = aio.StreamStreamCall[Any, Any]
+else:
+    _UnaryUnaryCall, _UnaryStreamCall = aio.UnaryUnaryCall, aio.UnaryStreamCall
+    _StreamUnaryCall, _StreamStreamCall = aio.StreamUnaryCall, aio.StreamStreamCall
+
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
 # grpc.aio's words
@@ -37,7 +60,7 @@ _FINISHED = "RPC already finished."
 _HALF_CLOSED = 'RPC is half closed after calling "done_writing".'
 
 
-class _Call(driver.CallDriver):
+class _Call(driver.CallDriver, internals.AioCallBase):
     """The state and I/O that every cardinality shares."""
 
     __slots__ = (
@@ -46,8 +69,8 @@ class _Call(driver.CallDriver):
         "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
 
-    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
-                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
         if method.closed():
             raise grpc.aio.UsageError("Channel is closed.")  # as grpc.aio, at the call site
         if credentials is not None and not method.subchannels.secure:
@@ -66,17 +89,17 @@ class _Call(driver.CallDriver):
         self._done = False
         self._code: Optional[grpc.StatusCode] = None
         self._details: Optional[str] = None
-        self._initial: tuple = ()     # raw pairs: a Metadata is made only when asked for
-        self._trailing: tuple = ()
+        self._initial: Tuple[Any, ...] = ()     # raw pairs: a Metadata is made only when asked for
+        self._trailing: Tuple[Any, ...] = ()
         self._debug: Optional[str] = None
         self._response: Any = None
-        self._waiters: Optional[List[asyncio.Future]] = None  # awaiting the end
-        self._changed: Optional[asyncio.Future] = None        # readers awaiting an attempt, a commit or the end
-        self._callbacks: Optional[List[Callable]] = None
-        self._watchers: Optional[Dict[int, asyncio.Task]] = None  # hedges: each one's watcher
-        self._writes: Optional[Dict[int, asyncio.Task]] = None    # request streams: each attempt's write
+        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the end
+        self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
+        self._callbacks: Optional[List[Callable[[Any], None]]] = None
+        self._watchers: Optional[Dict[int, asyncio.Task[Any]]] = None  # hedges: each one's watcher
+        self._writes: Optional[Dict[int, asyncio.Task[Any]]] = None    # request streams: each attempt's write
         self._peek: Any = None       # the winner's first message, read before it won
-        self._reads: Optional[set] = None  # attempts whose first message is being read before they won
+        self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
         self._style: Optional[str] = None  # response streams: "read" or "iterate", as the application first did
 
@@ -109,13 +132,13 @@ class _Call(driver.CallDriver):
             self._follow(n, attempt)
         self._wake_readers()
 
-    def _follow(self, n: int, attempt) -> None:  # per response kind: report the attempt's end
+    def _follow(self, n: int, attempt: Any) -> None:  # per response kind: report the attempt's end
         raise NotImplementedError
 
     def _write(self, n: int, data: bytes) -> None:
         self._writing(n, self._send(n, self._attempts[n], data))
 
-    async def _send(self, n: int, attempt, data: bytes) -> None:
+    async def _send(self, n: int, attempt: Any, data: bytes) -> None:
         try:
             sent = await internals.aio_send(attempt, data)
         except (asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
@@ -126,14 +149,14 @@ class _Call(driver.CallDriver):
     def _half_close(self, n: int) -> None:
         self._writing(n, internals.aio_half_close(self._attempts[n]))
 
-    def _writing(self, n: int, coro) -> None:
+    def _writing(self, n: int, coro: Coroutine[Any, Any, None]) -> None:
         """One write (or half-close) per attempt at a time, as the machine hands them out."""
         if self._writes is None:
             self._writes = {}
         task = self._writes[n] = self._loop.create_task(coro)
         task.add_done_callback(partial(self._written, n))
 
-    def _written(self, n: int, task: asyncio.Task) -> None:
+    def _written(self, n: int, task: asyncio.Task[Any]) -> None:
         writes = self._writes
         if writes is not None and writes.get(n) is task:
             del writes[n]
@@ -176,7 +199,7 @@ class _Call(driver.CallDriver):
         if not self._method.subchannels.when_changed(generation, listener):
             loop.call_soon(self._on_change, listener)  # they changed while the machine looked
 
-    def _on_change(self, listener) -> None:
+    def _on_change(self, listener: Any) -> None:
         if self._listener is listener and not self._done:
             self._listener = None
             self._act(self._machine.subchannels_changed(monotonic()))
@@ -188,6 +211,7 @@ class _Call(driver.CallDriver):
     def _deliver(self, n: int) -> None:
         attempt, previous = self._last, self._machine.previous(n)
         status = internals.aio_status(attempt)  # never None: _ended() took such an attempt as cancelled
+        assert status is not None
         code = STATUS_CODES[status.code()]
         trailing = status.trailing_metadata()
         if previous > 0:
@@ -207,7 +231,7 @@ class _Call(driver.CallDriver):
 
     # -- what the attempts report ---------------------------------------------------------------------------------
 
-    def _ended(self, n: int, attempt, got_headers: bool) -> None:
+    def _ended(self, n: int, attempt: Any, got_headers: bool) -> None:
         """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours)."""
         if self._attempts.get(n) is not attempt:
             return
@@ -229,7 +253,7 @@ class _Call(driver.CallDriver):
                                            got_headers))
         self._wake_readers()
 
-    async def _first_answer(self, n: int, attempt) -> None:
+    async def _first_answer(self, n: int, attempt: Any) -> None:
         """Tell the machine when attempt n answers — response headers, or its first message — which commits the
         call to it; return when it has, or when the attempt has ended without answering. A message read here
         is kept for the winner's first read (`_peek`)."""
@@ -262,11 +286,11 @@ class _Call(driver.CallDriver):
             if self._winner == n:
                 self._peek = message
 
-    def _silence(self, n: int, attempt) -> None:
+    def _silence(self, n: int, attempt: Any) -> None:
         if self._attempts.get(n) is attempt and self._winner != n and not self._done:
             self._act(self._machine.headers(n, monotonic()))
 
-    async def _watch(self, n: int, attempt) -> None:
+    async def _watch(self, n: int, attempt: Any) -> None:
         """A hedge: report its first answer, which commits the call, then (a unary response) read the winner's
         response and report its end."""
         try:
@@ -279,7 +303,7 @@ class _Call(driver.CallDriver):
                 del self._watchers[n]
         self._ended(n, attempt, False)
 
-    async def _read_response(self, attempt) -> None:  # unary responses: the winner's response
+    async def _read_response(self, attempt: Any) -> None:  # unary responses: the winner's response
         pass
 
     # -- ending ---------------------------------------------------------------------------------------------------
@@ -291,7 +315,8 @@ class _Call(driver.CallDriver):
         self._act(self._machine.cancel(code, monotonic()))
         return True
 
-    def _finish(self, code: grpc.StatusCode, details: Optional[str], initial, trailing, debug: Optional[str]):
+    def _finish(self, code: grpc.StatusCode, details: Optional[str], initial: Tuple[Any, ...],
+                trailing: Tuple[Any, ...], debug: Optional[str]) -> None:
         self._done = True
         self._method.calls.discard(self)
         self._code, self._details, self._debug = code, details, debug
@@ -344,8 +369,8 @@ class _Call(driver.CallDriver):
         await waiter
 
     def _error(self) -> AioRpcError:
-        return AioRpcError(self._code, Metadata.from_tuple(self._initial), Metadata.from_tuple(self._trailing),
-                           self._details, self._debug)
+        return AioRpcError(cast(grpc.StatusCode, self._code), Metadata.from_tuple(self._initial),
+                           Metadata.from_tuple(self._trailing), self._details, self._debug)
 
     def _raise_if_failed(self) -> None:
         if self._code is not _OK:
@@ -364,7 +389,7 @@ class _Call(driver.CallDriver):
     def done(self) -> bool:
         return self._done
 
-    def add_done_callback(self, callback: Callable) -> None:
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         if self._done:
             callback(self)
             return
@@ -376,21 +401,21 @@ class _Call(driver.CallDriver):
         deadline = self._machine.deadline
         return None if deadline == INF else max(deadline - monotonic(), 0.0)
 
-    async def initial_metadata(self) -> Optional[Metadata]:
+    async def initial_metadata(self) -> Metadata:
         await self._until_done()
         return Metadata.from_tuple(self._initial)
 
-    async def trailing_metadata(self) -> Optional[Metadata]:
+    async def trailing_metadata(self) -> Metadata:
         await self._until_done()
         return Metadata.from_tuple(self._trailing)
 
     async def code(self) -> grpc.StatusCode:
         await self._until_done()
-        return self._code
+        return cast(grpc.StatusCode, self._code)
 
     async def details(self) -> str:
         await self._until_done()
-        return self._details
+        return cast(str, self._details)
 
     async def debug_error_string(self) -> Optional[str]:
         await self._until_done()
@@ -417,12 +442,12 @@ class _Call(driver.CallDriver):
         return f"<{type(self).__name__} done={self._done} code={self._code} machine={self._machine!r}>"
 
 
-def _retrieved(task: asyncio.Task) -> None:
+def _retrieved(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
 
 
-async def _read(attempt) -> Any:
+async def _read(attempt: Any) -> Any:
     """An attempt's next message, or EOF when it has ended (its status then tells how)."""
     try:
         return await attempt.read()
@@ -435,10 +460,10 @@ class _UnaryResponse(_Call):
 
     __slots__ = ()
 
-    def _follow(self, n: int, attempt) -> None:
+    def _follow(self, n: int, attempt: Any) -> None:
         internals.aio_unary_task(attempt).add_done_callback(partial(self._unary_done, n, attempt))
 
-    def _unary_done(self, n: int, attempt, task: asyncio.Task) -> None:
+    def _unary_done(self, n: int, attempt: Any, task: asyncio.Task[Any]) -> None:
         if self._attempts.get(n) is not attempt:
             return
         response = None if task.cancelled() else task.result()
@@ -446,7 +471,7 @@ class _UnaryResponse(_Call):
             self._response = response
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
-    async def _read_response(self, attempt) -> None:
+    async def _read_response(self, attempt: Any) -> None:
         peek, self._peek = self._peek, None
         if peek is not None:
             response = peek
@@ -457,7 +482,7 @@ class _UnaryResponse(_Call):
         if response is not _EOF:
             self._response = response
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, Any]:
         return self._result().__await__()
 
     async def _result(self) -> Any:
@@ -477,10 +502,10 @@ class _StreamResponse(_Call):
 
     __slots__ = ()
 
-    def _follow(self, n: int, attempt) -> None:
+    def _follow(self, n: int, attempt: Any) -> None:
         attempt.add_done_callback(partial(self._stream_done, n))
 
-    def _stream_done(self, n: int, attempt) -> None:
+    def _stream_done(self, n: int, attempt: Any) -> None:
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def read(self) -> Any:
@@ -543,7 +568,7 @@ class _StreamResponse(_Call):
                 return
             yield message
 
-    async def initial_metadata(self) -> Optional[Metadata]:
+    async def initial_metadata(self) -> Metadata:
         # As grpc.aio: as soon as the headers come. The application then has seen the attempt: it commits.
         while not self._done:
             n = self._winner if self._winner >= 0 else (-1 if self._hedged else self._current)
@@ -554,30 +579,34 @@ class _StreamResponse(_Call):
             if self._winner != n:
                 await self._first_answer(n, attempt)
             if self._winner == n:
-                return await attempt.initial_metadata()
+                return cast(Metadata, await attempt.initial_metadata())
             if self._attempts.get(n) is attempt:
                 await self._next_change()  # it ended: its status is on its way to the machine
         return Metadata.from_tuple(self._initial)
+
+
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed")
 
 
 class _StreamRequest(_Call):
     """Calls with a request stream: the application's messages go to the machine, which writes them to every
     live attempt, one at a time, and replays them to each new one."""
 
-    __slots__ = ()
+    # The slots are the leaf classes' (two bases with slots of their own cannot be combined); mypy sees them here.
+    __slots__ = _STREAM_REQUEST_SLOTS if TYPE_CHECKING else ()
 
-    def __init__(self, method, machine, request_iterator, serializer, metadata, credentials, wait_for_ready,
-                 compression):
+    def __init__(self, method: Any, machine: CallMachine, request_iterator: Any, serializer: Any, metadata: Any,
+                 credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> None:
         super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._serializer = serializer
         self._iterator_given = request_iterator is not None
-        self._consumer = None
+        self._consumer: Optional[asyncio.Task[None]] = None
         self._half_closed = False
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
         self._begin()
 
-    def _queue(self, message) -> None:
+    def _queue(self, message: Any) -> None:
         try:
             data = self._serializer(message) if self._serializer is not None else message
         except Exception:
@@ -591,7 +620,7 @@ class _StreamRequest(_Call):
         if not self._done:
             self._act(self._machine.half_close(monotonic()))
 
-    async def _consume(self, request_iterator) -> None:
+    async def _consume(self, request_iterator: Any) -> None:
         try:
             if hasattr(request_iterator, "__aiter__"):
                 async for message in request_iterator:
@@ -612,7 +641,7 @@ class _StreamRequest(_Call):
         if not self._done:
             self._close_requests()
 
-    async def write(self, request) -> None:
+    async def write(self, request: Any) -> None:
         if self._iterator_given:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)
         if self._done:
@@ -639,16 +668,13 @@ class _StreamRequest(_Call):
             consumer.cancel()
 
 
-_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed")
-
-
 class _UnaryRequest(_Call):
     """Calls with one request: its bytes go with each attempt."""
 
     __slots__ = ()
 
-    def __init__(self, method, machine, request: Optional[bytes], metadata, credentials, wait_for_ready,
-                 compression):
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> None:
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
         if request is None:  # the serializer raised: fail this call only
             self._cancel("Exception serializing request!", 13)
@@ -656,17 +682,17 @@ class _UnaryRequest(_Call):
             self._begin()
 
 
-class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _base_call.UnaryUnaryCall):
+class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _UnaryUnaryCall):
     __slots__ = ()
 
 
-class UnaryStreamCall(_UnaryRequest, _StreamResponse, _base_call.UnaryStreamCall):
+class UnaryStreamCall(_UnaryRequest, _StreamResponse, _UnaryStreamCall):
     __slots__ = ()
 
 
-class StreamUnaryCall(_StreamRequest, _UnaryResponse, _base_call.StreamUnaryCall):
+class StreamUnaryCall(_StreamRequest, _UnaryResponse, _StreamUnaryCall):
     __slots__ = _STREAM_REQUEST_SLOTS
 
 
-class StreamStreamCall(_StreamRequest, _StreamResponse, _base_call.StreamStreamCall):
+class StreamStreamCall(_StreamRequest, _StreamResponse, _StreamStreamCall):
     __slots__ = _STREAM_REQUEST_SLOTS

@@ -5,29 +5,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Any, Optional, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
 
 import grpc
-from grpc.aio import Metadata, _base_channel
-from grpc.aio._interceptor import (
+from grpc import aio
+from grpc.aio import (
     ClientInterceptor,
-    InterceptedStreamStreamCall,
-    InterceptedStreamUnaryCall,
-    InterceptedUnaryStreamCall,
-    InterceptedUnaryUnaryCall,
     StreamStreamClientInterceptor,
     StreamUnaryClientInterceptor,
     UnaryStreamClientInterceptor,
     UnaryUnaryClientInterceptor,
 )
 
+from grpc_retry import _grpc_internals as internals
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._method import Method, RetryStatistics
+from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import AioSubchannels
 from grpc_retry.aio import _call
 
 log = logging.getLogger("grpc_retry")
+
+if TYPE_CHECKING:  # grpc's stubs make these generic; grpcio's classes are not
+    _UnaryUnary = aio.UnaryUnaryMultiCallable[Any, Any]
+    _UnaryStream = aio.UnaryStreamMultiCallable[Any, Any]
+    _StreamUnary = aio.StreamUnaryMultiCallable[Any, Any]
+    _StreamStream = aio.StreamStreamMultiCallable[Any, Any]
+else:
+    _UnaryUnary, _UnaryStream = aio.UnaryUnaryMultiCallable, aio.UnaryStreamMultiCallable
+    _StreamUnary, _StreamStream = aio.StreamUnaryMultiCallable, aio.StreamStreamMultiCallable
 
 _INF = math.inf
 
@@ -37,122 +44,98 @@ class _MultiCallable(Method):
 
     __slots__ = ("_interceptors",)
 
-    def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str, interceptors):
+    def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
+                 interceptors: List[ClientInterceptor]) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
         self._interceptors = interceptors
 
 
-class UnaryUnaryMultiCallable(_MultiCallable, _base_channel.UnaryUnaryMultiCallable):
+class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
     __slots__ = ()
 
-    def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request: Any, *, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         if self._interceptors:
             return _InterceptedUnaryUnary(self, request, timeout, metadata, credentials, wait_for_ready,
                                           compression)
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+    def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
+              wait_for_ready: Optional[bool], compression: Compression) -> Any:
         return _call.UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
                                     metadata, credentials, wait_for_ready, compression)
 
 
-class UnaryStreamMultiCallable(_MultiCallable, _base_channel.UnaryStreamMultiCallable):
+class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
     __slots__ = ()
 
-    def __call__(self, request, *, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request: Any, *, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         if self._interceptors:
             return _InterceptedUnaryStream(self, request, timeout, metadata, credentials, wait_for_ready,
                                            compression)
         return self._make(request, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def _make(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+    def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
+              wait_for_ready: Optional[bool], compression: Compression) -> Any:
         return _call.UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
                                      metadata, credentials, wait_for_ready, compression)
 
 
-class StreamUnaryMultiCallable(_MultiCallable, _base_channel.StreamUnaryMultiCallable):
+class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
     __slots__ = ()
 
-    def __call__(self, request_iterator=None, timeout=None, metadata=None, credentials=None,
-                 wait_for_ready=None, compression=None):
+    def __call__(self, request_iterator: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         if self._interceptors:
             return _InterceptedStreamUnary(self, request_iterator, timeout, metadata, credentials,
                                            wait_for_ready, compression)
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+    def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
+              wait_for_ready: Optional[bool], compression: Compression) -> Any:
         return _call.StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
                                      self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
-class StreamStreamMultiCallable(_MultiCallable, _base_channel.StreamStreamMultiCallable):
+class StreamStreamMultiCallable(_MultiCallable, _StreamStream):
     __slots__ = ()
 
-    def __call__(self, request_iterator=None, timeout=None, metadata=None, credentials=None,
-                 wait_for_ready=None, compression=None):
+    def __call__(self, request_iterator: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         if self._interceptors:
             return _InterceptedStreamStream(self, request_iterator, timeout, metadata, credentials,
                                             wait_for_ready, compression)
         return self._make(request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def _make(self, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+    def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
+              wait_for_ready: Optional[bool], compression: Compression) -> Any:
         return _call.StreamStreamCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
                                       self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
 # -- client interceptors ---------------------------------------------------------------------------------
-# grpc.aio runs interceptors above its own call objects; we reuse its interceptor machinery and put a
-# grpc_retry call at the bottom of the chain, so interceptors see one logical call, not each attempt.
+# grpc.aio's interceptor calls, with a grpc_retry call at the bottom of the chain: interceptors see one logical
+# call, not each attempt.
+
+_InterceptedUnaryUnary = internals.aio_intercepted("unary_unary")
+_InterceptedUnaryStream = internals.aio_intercepted("unary_stream")
+_InterceptedStreamUnary = internals.aio_intercepted("stream_unary")
+_InterceptedStreamStream = internals.aio_intercepted("stream_stream")
 
 
-def _terminal(base):
-    class Intercepted(base):
-        def __init__(self, multicallable, request, timeout, metadata, credentials, wait_for_ready,
-                     compression):
-            self._retry_multicallable = multicallable
-            self._retry_compression = compression
-            if not isinstance(metadata, Metadata):  # interceptors get a grpc.aio.Metadata, as from grpc.aio
-                metadata = Metadata.from_tuple(tuple(metadata or ()))
-            super().__init__(multicallable._interceptors, request, timeout, metadata, credentials,
-                             wait_for_ready, None, multicallable._method, None, None,
-                             asyncio.get_running_loop())
-
-        async def _run_interceptor(self, interceptors, method, request_serializer, response_deserializer,
-                                   client_call_details, request):
-            if interceptors:
-                return await super()._run_interceptor(interceptors, method, request_serializer,
-                                                      response_deserializer, client_call_details, request)
-            details = client_call_details
-            call = self._retry_multicallable._make(request, details.timeout, details.metadata,
-                                                   details.credentials, details.wait_for_ready,
-                                                   self._retry_compression)
-            # What grpc.aio's response-stream interceptor calls wrap when an interceptor returns an iterator.
-            self._last_returned_call_from_interceptors = call
-            return call
-
-        def time_remaining(self):
-            return None
-
-    Intercepted.__name__ = base.__name__
-    return Intercepted
-
-
-_InterceptedUnaryUnary = _terminal(InterceptedUnaryUnaryCall)
-_InterceptedUnaryStream = _terminal(InterceptedUnaryStreamCall)
-_InterceptedStreamUnary = _terminal(InterceptedStreamUnaryCall)
-_InterceptedStreamStream = _terminal(InterceptedStreamStreamCall)
-
-
-class Channel(RetryStatistics, _base_channel.Channel):
+class Channel(RetryStatistics, aio.Channel):
     """A grpc.aio.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]):
+                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> None:
         self._state = ChannelState(target, options)
-        self._interceptors = {kind: [] for kind in ("unary_unary", "unary_stream", "stream_unary",
-                                                    "stream_stream")}
+        kinds = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+        self._interceptors: Dict[str, List[ClientInterceptor]] = {kind: [] for kind in kinds}
         for interceptor in interceptors or ():
             # As grpc.aio: an interceptor serves the first of these kinds it is an instance of, only.
             for kind, cls in (("unary_unary", UnaryUnaryClientInterceptor),
@@ -170,22 +153,26 @@ class Channel(RetryStatistics, _base_channel.Channel):
 
     # -- multicallables ---------------------------------------------------------------------------------
 
-    def unary_unary(self, method: str, request_serializer=None, response_deserializer=None,
+    def unary_unary(self, method: str, request_serializer: Serializer = None,
+                    response_deserializer: Deserializer = None,
                     _registered_method: Optional[bool] = False) -> UnaryUnaryMultiCallable:
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer, "unary_unary",
                                        self._interceptors["unary_unary"])
 
-    def unary_stream(self, method: str, request_serializer=None, response_deserializer=None,
+    def unary_stream(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
                      _registered_method: Optional[bool] = False) -> UnaryStreamMultiCallable:
         return UnaryStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                         "unary_stream", self._interceptors["unary_stream"])
 
-    def stream_unary(self, method: str, request_serializer=None, response_deserializer=None,
+    def stream_unary(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
                      _registered_method: Optional[bool] = False) -> StreamUnaryMultiCallable:
         return StreamUnaryMultiCallable(self, method, request_serializer, response_deserializer,
                                         "stream_unary", self._interceptors["stream_unary"])
 
-    def stream_stream(self, method: str, request_serializer=None, response_deserializer=None,
+    def stream_stream(self, method: str, request_serializer: Serializer = None,
+                      response_deserializer: Deserializer = None,
                       _registered_method: Optional[bool] = False) -> StreamStreamMultiCallable:
         return StreamStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                          "stream_stream", self._interceptors["stream_stream"])
@@ -233,7 +220,8 @@ class Channel(RetryStatistics, _base_channel.Channel):
     async def __aenter__(self) -> Channel:
         return self
 
-    async def __aexit__(self, exc_type, exc_val, exc_tb) -> None:
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc_val: Optional[BaseException],
+                        exc_tb: Optional[TracebackType]) -> None:
         await self.close(None)
 
 

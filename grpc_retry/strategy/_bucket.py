@@ -30,7 +30,7 @@ class StandardRetryTokenBucket(RetryTokenBucket):
     def __init__(self, *, max_capacity: float = 500, refill_per_second: float = 10,
                  retry_costs: Optional[Mapping[RetryErrorType, float]] = None, initial_try_cost: float = 0,
                  initial_try_success_increment: float = 1, block: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic) -> None:
         costs = dict(DEFAULT_RETRY_COSTS)
         costs.update(retry_costs or {})
         if not (max_capacity >= 0 and refill_per_second >= 0 and initial_try_cost >= 0
@@ -81,7 +81,7 @@ class StandardRetryTokenBucket(RetryTokenBucket):
 class _StandardRetryToken(RetryToken):
     __slots__ = ("_bucket", "_refund", "_resolved")
 
-    def __init__(self, bucket: StandardRetryTokenBucket, refund: float):
+    def __init__(self, bucket: StandardRetryTokenBucket, refund: float) -> None:
         self._bucket, self._refund, self._resolved = bucket, refund, False
 
     def _resolve(self) -> None:

@@ -68,7 +68,7 @@ class StandardRetryPolicy(RetryPolicy[Any]):
     """
 
     def __init__(self, status_codes: Optional[Mapping[grpc.StatusCode, RetryErrorType]] = None, *,
-                 pushback: bool = True):
+                 pushback: bool = True) -> None:
         self.status_codes = MappingProxyType(dict(DEFAULT_STATUS_CODES if status_codes is None else status_codes))
         self.pushback = pushback
 

@@ -78,7 +78,7 @@ class ExponentialBackoff(BackoffDelayer):
     step (and the formula A6 uses)."""
 
     def __init__(self, initial_delay: float = 0.1, scale_factor: float = 2.0, max_delay: float = 20.0,
-                 jitter: float = 1.0, random: Callable[[], float] = random.random):
+                 jitter: float = 1.0, random: Callable[[], float] = random.random) -> None:
         if not (initial_delay >= 0 and scale_factor >= 1 and max_delay >= 0 and 0 <= jitter <= 1):
             raise ValueError("need initial_delay >= 0, scale_factor >= 1, max_delay >= 0 and 0 <= jitter <= 1")
         self.initial_delay, self.scale_factor = initial_delay, scale_factor
@@ -118,9 +118,9 @@ class StandardRetryStrategy(RetryStrategy):
     `async_sleep` are injectable (tests pass fakes; `clock` must agree with the bucket's)."""
 
     def __init__(self, options: Optional[StandardRetryStrategyOptions] = None,
-                 token_bucket: Optional[RetryTokenBucket] = None, backoff_delayer: Optional[BackoffDelayer] = None,
-                 *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
-                 async_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+                 token_bucket: Optional[RetryTokenBucket] = None, backoff_delayer: Optional[BackoffDelayer] = None, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
+                 async_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
         self.options = options if options is not None else StandardRetryStrategyOptions()
         self.token_bucket = token_bucket if token_bucket is not None else StandardRetryTokenBucket(clock=clock)
         self.backoff_delayer = backoff_delayer if backoff_delayer is not None else ExponentialBackoff()

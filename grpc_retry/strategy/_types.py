@@ -47,7 +47,7 @@ class RetryDirective:
 class _Terminate(RetryDirective):
     __slots__ = ("_name",)
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self._name = name
 
     def __repr__(self) -> str:
@@ -85,7 +85,7 @@ class RetryStrategyError(Exception):
     """The strategy gave up. `outcome` is the last try's outcome (None if no try ran), `attempts` the number of
     tries made; the last try's exception is also the `__cause__`."""
 
-    def __init__(self, message: str, outcome: Optional[Outcome[Any]] = None, attempts: int = 0):
+    def __init__(self, message: str, outcome: Optional[Outcome[Any]] = None, attempts: int = 0) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.attempts = attempts
@@ -113,7 +113,7 @@ class CapacityUnavailable(Exception):
     """Raised by a token bucket that cannot grant a token now. `retry_after`: seconds until it can (the strategy
     sleeps that long and asks again), or None: the strategy fails at once."""
 
-    def __init__(self, retry_after: Optional[float] = None):
+    def __init__(self, retry_after: Optional[float] = None) -> None:
         super().__init__(retry_after)
         self.retry_after = retry_after
 

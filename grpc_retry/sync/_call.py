@@ -16,12 +16,16 @@ from __future__ import annotations
 import collections
 import threading
 from time import monotonic
-from typing import Any, Callable, Deque, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, cast
 
 import grpc
 
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
+
+if TYPE_CHECKING:
+    from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
+
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
 from grpc_retry._driver import attempt_metadata as metadata_of_attempt
 from grpc_retry._driver import trace_attempt as trace
@@ -43,15 +47,15 @@ class _Attempts(CallDriver):
 
     __slots__ = ("_error", "_response", "_final")
 
-    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata, credentials,
-                 wait_for_ready: Optional[bool], compression, stream_request: bool):
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          stream_request)
-        self._error: Optional[grpc.RpcError] = None
+        self._error: Optional[RpcError] = None
         self._response: Any = None
         self._final: Any = None   # with OK: the attempt whose result the application gets
 
-    def _kwargs(self, n: int, address: int, previous: int) -> dict:
+    def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
         method = self._method
         trace(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
@@ -89,16 +93,16 @@ class BlockingCall(_Attempts):
 
     __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details", "_with_call")
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._next: Optional[tuple] = None
+        self._next: Optional[Tuple[Any, ...]] = None
         self._timer_at = INF
         self._generation = -1
         self._ended = False
         self._last: Any = None
         self._local_details = CANCELLED_DETAILS
 
-    def run(self, with_call: bool):
+    def run(self, with_call: bool) -> Any:
         self._with_call = with_call
         calls = self._method.calls
         calls.add(self)
@@ -114,7 +118,7 @@ class BlockingCall(_Attempts):
     def closed(self, timeout: float) -> None:
         pass
 
-    def _run(self):
+    def _run(self) -> Any:
         machine = self._machine
         subchannels = self._method.subchannels
         actions = machine.start(monotonic(), self._request)
@@ -143,7 +147,7 @@ class BlockingCall(_Attempts):
             raise self._error
         return (self._response, self._final) if self._with_call else self._response
 
-    def _attempt(self, n: int, address: int, previous: int) -> list:
+    def _attempt(self, n: int, address: int, previous: int) -> List[Action]:
         self._next = None
         inner = self._method.inner(address)
         try:
@@ -192,17 +196,18 @@ class BlockingCall(_Attempts):
         pass
 
 
-class Call(_Attempts, grpc.Call, grpc.Future):
+class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpcio's Future is not generic
     """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
     the iterator (StreamingCall)."""
 
-    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator, serializer,
-                 metadata, credentials, wait_for_ready, compression):
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
+                 serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
+                 compression: Any) -> None:
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          request_iterator is not None)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an attempt started, ended or won; the call ended
-        self._queue: Deque[tuple] = collections.deque()   # decided, not yet performed
+        self._queue: Deque[Action] = collections.deque()   # decided, not yet performed
         self._draining = False
         self._hedged = machine.hedging
         self._live: Set[int] = set()          # attempts the machine counts as live
@@ -228,7 +233,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._done_callbacks: List[Callable[[Any], None]] = []
         self._calls = method.calls
         # request streams
-        self._requests = None if request_iterator is None else _requests_of(request_iterator)
+        self._requests: Any = None if request_iterator is None else _requests_of(request_iterator)
         self._serializer = serializer
         self._outboxes: Dict[int, Deque[Any]] = {}
         self._pulling = False
@@ -238,7 +243,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
 
     # -- events: decided under the lock, performed outside it --------------------------------------------------
 
-    def _event(self, decide: Callable[[], list], n: int = -1) -> None:
+    def _event(self, decide: Callable[[], List[Action]], n: int = -1) -> None:
         """Feed an event to the machine (`decide`, called under the lock), then perform what it decided, in
         order, unless a thread is already at it. An event of attempt n (>= 0) is dropped once the machine no
         longer counts n as live (cancelled, or its end already told)."""
@@ -257,7 +262,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._draining = True
         return True
 
-    def _note(self, actions: list) -> None:
+    def _note(self, actions: List[Action]) -> None:
         """What later events are checked against, noted as the machine decides (under the lock)."""
         for action in actions:
             kind = action[0]
@@ -285,7 +290,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
                     return
                 action = self._queue.popleft()
             try:
-                self._act((action,))
+                self._act([action])
             except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
                 log.exception("grpc_retry could not perform %r", action)
                 self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
@@ -419,8 +424,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         self._calls.discard(self)
         for callback in call_callbacks:
             _run_callback(callback)
-        for callback in done_callbacks:
-            _run_callback(callback, self)
+        for done_callback in done_callbacks:
+            _run_callback(done_callback, self)
 
     # -- what the attempts report -------------------------------------------------------------------------------
 
@@ -429,7 +434,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
         message, if a thread is reading that one: the message came first, and commits."""
         self._event(lambda: self._status(n, call), n)
 
-    def _status(self, n: int, call: Any) -> list:
+    def _status(self, n: int, call: Any) -> List[Action]:
         """(Under the lock.) Attempt n's status, read without blocking, for the machine."""
         if n in self._reads:
             self._deferred[n] = call
@@ -518,11 +523,11 @@ class Call(_Attempts, grpc.Call, grpc.Future):
                 self._drain()
         return message
 
-    def _answer(self, n: int) -> list:
+    def _answer(self, n: int) -> List[Action]:
         """(Under the lock.) Attempt n, live, answered: the call is its own (if it was not already)."""
         return self._machine.headers(n, monotonic()) if self._machine.winner != n else []
 
-    def _reading(self) -> tuple:
+    def _reading(self) -> Tuple[int, Any]:
         """(Under the lock.) The attempt to read: the winner, or (not hedged) the attempt in flight; waits for one
         to start. (-1, None) once the call has ended."""
         while True:
@@ -543,7 +548,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):
 
     # -- request streams ------------------------------------------------------------------------------------------
 
-    def _attempt_requests(self, n: int):
+    def _attempt_requests(self, n: int) -> Iterator[Any]:
         """Attempt n's request iterator (consumed by grpcio's thread): what the machine writes to it. When it has
         nothing to send and the application's iterator has more, it pulls the next message for every attempt."""
         wrote = False
@@ -659,17 +664,17 @@ class Call(_Attempts, grpc.Call, grpc.Future):
             raise self._error
         return self._response
 
-    def exception(self, timeout: Optional[float] = None):
+    def exception(self, timeout: Optional[float] = None) -> Optional[Exception]:
         self._until_done(timeout)
         if self.cancelled():
             raise grpc.FutureCancelledError()
         return self._error
 
-    def traceback(self, timeout: Optional[float] = None):
+    def traceback(self, timeout: Optional[float] = None) -> Any:
         error = self.exception(timeout)
         return None if error is None else traceback_of(error)
 
-    def add_done_callback(self, fn) -> None:
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         with self._lock:
             if not self._done.is_set():
                 self._done_callbacks.append(fn)
@@ -681,34 +686,34 @@ class Call(_Attempts, grpc.Call, grpc.Future):
     def is_active(self) -> bool:
         return not self._done.is_set()
 
-    def time_remaining(self) -> Optional[float]:
+    def time_remaining(self) -> Optional[float]:  # type: ignore[override]  # grpcio's is Optional
         deadline = self._machine.deadline
         return None if deadline == INF else max(0.0, deadline - monotonic())
 
-    def add_callback(self, callback) -> bool:
+    def add_callback(self, callback: Callable[[], None]) -> bool:
         with self._lock:
             if self._done.is_set():
                 return False
             self._call_callbacks.append(callback)
             return True
 
-    def initial_metadata(self):
+    def initial_metadata(self) -> Any:
         self._until_done(None)
         return self._error.initial_metadata() if self._error is not None else self._final.initial_metadata()
 
-    def trailing_metadata(self):
+    def trailing_metadata(self) -> Any:
         self._until_done(None)
         return self._error.trailing_metadata() if self._error is not None else self._final.trailing_metadata()
 
-    def code(self):
+    def code(self) -> grpc.StatusCode:
         self._until_done(None)
         return self._error.code() if self._error is not None else _OK
 
-    def details(self):
+    def details(self) -> Any:
         self._until_done(None)
         return self._error.details() if self._error is not None else self._final.details()
 
-    def debug_error_string(self):
+    def debug_error_string(self) -> Optional[str]:
         self._until_done(None)
         return None if self._error is None else self._error.debug_error_string()
 
@@ -718,10 +723,10 @@ class StreamingCall(Call):
     committed, reads go straight to the winning attempt; before that, a reader reads ahead on the attempt in
     flight (not hedged), whose first message commits, or waits for a hedge to answer."""
 
-    def __iter__(self):
+    def __iter__(self) -> StreamingCall:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         while True:
             with self._lock:
                 n, call = self._reading()
@@ -741,7 +746,7 @@ class StreamingCall(Call):
                 response = self._method.deserialize(message)
                 if response is UNDESERIALIZABLE:
                     self._fail(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
-                    raise self._error
+                    raise cast(RpcError, self._error)
                 self._delivered = True
                 return response
             with self._lock:
@@ -749,7 +754,7 @@ class StreamingCall(Call):
 
     next = __next__
 
-    def initial_metadata(self):
+    def initial_metadata(self) -> Any:
         # As grpcio: as soon as the headers come. The application has then seen the attempt: it commits.
         while True:
             with self._lock:
@@ -788,7 +793,7 @@ def _read(call: Any) -> Any:
         return _EOF
 
 
-def _run_callback(callback, *args) -> None:
+def _run_callback(callback: Callable[..., None], *args: Any) -> None:
     try:
         callback(*args)
     except Exception:

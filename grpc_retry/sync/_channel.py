@@ -6,18 +6,28 @@ from __future__ import annotations
 import math
 import threading
 from time import monotonic
-from typing import Optional
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Type
 
 import grpc
 
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
-from grpc_retry._method import Method, RetryStatistics
+from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._subchannels import SyncSubchannels
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._status import local_error
 from grpc_retry.sync._workers import Workers
+
+if TYPE_CHECKING:  # grpc's stubs make these generic; grpcio's classes are not
+    _UnaryUnary = grpc.UnaryUnaryMultiCallable[Any, Any]
+    _UnaryStream = grpc.UnaryStreamMultiCallable[Any, Any]
+    _StreamUnary = grpc.StreamUnaryMultiCallable[Any, Any]
+    _StreamStream = grpc.StreamStreamMultiCallable[Any, Any]
+else:
+    _UnaryUnary, _UnaryStream = grpc.UnaryUnaryMultiCallable, grpc.UnaryStreamMultiCallable
+    _StreamUnary, _StreamStream = grpc.StreamUnaryMultiCallable, grpc.StreamStreamMultiCallable
 
 _INF = math.inf
 CLOSED_CHANNEL = "Cannot invoke RPC on closed channel!"  # grpcio's words
@@ -31,27 +41,31 @@ class _MultiCallable(Method):
 
     __slots__ = ("workers",)
 
-    def __init__(self, channel: Channel, method: str, serializer, deserializer, kind: str):
+    def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
+                 kind: str) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
         self.workers = channel._workers
 
-    def _request_bytes(self, request) -> bytes:
+    def _request_bytes(self, request: Any) -> bytes:
         data = self._serialize(request)
         if data is None:
             raise local_error(grpc.StatusCode.INTERNAL, "Exception serializing request!")
         return data
 
-    def _call(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression):
+    def _call(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
+              metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
+              compression: Compression) -> Call:
         """The non-blocking call object (a future; for response streams, also the iterator)."""
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         machine = self._machine(timeout, wait_for_ready, request_iterator is None)
-        cls = Call if self.unary_response else StreamingCall
+        cls: Type[Call] = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
                    wait_for_ready, compression)
 
-    def _blocking(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
-                  with_call: bool):
+    def _blocking(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
+                  metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
+                  compression: Compression, with_call: bool) -> Any:
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         if request_iterator is None and not self._policy.hedging:
@@ -64,21 +78,24 @@ class _MultiCallable(Method):
         return (response, call) if with_call else response
 
 
-class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
+class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
     __slots__ = ()
 
-    def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         return self._blocking(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                               compression, False)
 
-    def with_call(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                  compression=None):
+    def with_call(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                  compression: Compression = None) -> Any:
         return self._blocking(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                               compression, True)
 
-    def future(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-               compression=None):
+    def future(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+               credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+               compression: Compression = None) -> Any:
         try:
             data = self._request_bytes(request)
         except grpc.RpcError as error:
@@ -86,38 +103,43 @@ class UnaryUnaryMultiCallable(_MultiCallable, grpc.UnaryUnaryMultiCallable):
         return self._call(data, None, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class UnaryStreamMultiCallable(_MultiCallable, grpc.UnaryStreamMultiCallable):
+class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
     __slots__ = ()
 
-    def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         return self._call(self._request_bytes(request), None, timeout, metadata, credentials, wait_for_ready,
                           compression)
 
 
-class StreamUnaryMultiCallable(_MultiCallable, grpc.StreamUnaryMultiCallable):
+class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
     __slots__ = ()
 
-    def __call__(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         return self._blocking(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
                               False)
 
-    def with_call(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                  compression=None):
+    def with_call(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                  compression: Compression = None) -> Any:
         return self._blocking(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
                               True)
 
-    def future(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-               compression=None):
+    def future(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+               credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+               compression: Compression = None) -> Any:
         return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class StreamStreamMultiCallable(_MultiCallable, grpc.StreamStreamMultiCallable):
+class StreamStreamMultiCallable(_MultiCallable, _StreamStream):
     __slots__ = ()
 
-    def __call__(self, request_iterator, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
-                 compression=None):
+    def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
         return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
@@ -125,31 +147,35 @@ class Channel(RetryStatistics, grpc.Channel):
     """A grpc.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression]):
+                 compression: Optional[grpc.Compression]) -> None:
         self._state = ChannelState(target, options)
         self._subchannels = SyncSubchannels(target, self._state.options, credentials, compression)
         self._workers = Workers("grpc_retry-hedge")
         self._lock = threading.Lock()
-        self._subscriptions: list = []
+        self._subscriptions: List[_Subscription] = []
 
-    def unary_unary(self, method, request_serializer=None, response_deserializer=None,
-                    _registered_method=False) -> UnaryUnaryMultiCallable:
+    def unary_unary(self, method: str, request_serializer: Serializer = None,
+                    response_deserializer: Deserializer = None,
+                    _registered_method: Optional[bool] = False) -> UnaryUnaryMultiCallable:
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer, "unary_unary")
 
-    def unary_stream(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False) -> UnaryStreamMultiCallable:
+    def unary_stream(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
+                     _registered_method: Optional[bool] = False) -> UnaryStreamMultiCallable:
         return UnaryStreamMultiCallable(self, method, request_serializer, response_deserializer, "unary_stream")
 
-    def stream_unary(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False) -> StreamUnaryMultiCallable:
+    def stream_unary(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
+                     _registered_method: Optional[bool] = False) -> StreamUnaryMultiCallable:
         return StreamUnaryMultiCallable(self, method, request_serializer, response_deserializer, "stream_unary")
 
-    def stream_stream(self, method, request_serializer=None, response_deserializer=None,
-                      _registered_method=False) -> StreamStreamMultiCallable:
+    def stream_stream(self, method: str, request_serializer: Serializer = None,
+                      response_deserializer: Deserializer = None,
+                      _registered_method: Optional[bool] = False) -> StreamStreamMultiCallable:
         return StreamStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                          "stream_stream")
 
-    def subscribe(self, callback, try_to_connect=False) -> None:
+    def subscribe(self, callback: Callable[[grpc.ChannelConnectivity], None], try_to_connect: bool = False) -> None:
         """As grpc.Channel.subscribe, for the channel's aggregate connectivity (READY if any subchannel is):
         `callback` gets the current state at once (on another thread), then each change."""
         subscription = _Subscription(self._subchannels, callback)
@@ -160,7 +186,7 @@ class Channel(RetryStatistics, grpc.Channel):
             self._subchannels.connect()
         threading.Thread(target=subscription, name="grpc_retry-connectivity", daemon=True).start()
 
-    def unsubscribe(self, callback) -> None:
+    def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
         with self._lock:
             for subscription in self._subscriptions:
                 if subscription.callback == callback:
@@ -193,7 +219,8 @@ class Channel(RetryStatistics, grpc.Channel):
     def __enter__(self) -> Channel:
         return self
 
-    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc_val: Optional[BaseException],
+                 exc_tb: Optional[TracebackType]) -> None:
         self.close()
 
 
@@ -203,10 +230,10 @@ class _Subscription:
 
     __slots__ = ("subchannels", "callback", "last", "lock")
 
-    def __init__(self, subchannels: SyncSubchannels, callback):
+    def __init__(self, subchannels: SyncSubchannels, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
         self.subchannels = subchannels
         self.callback = callback
-        self.last = None
+        self.last: Optional[grpc.ChannelConnectivity] = None
         self.lock = threading.Lock()
 
     def __call__(self) -> None:

@@ -16,13 +16,13 @@ IDLE = 1.0
 class _Worker:
     __slots__ = ("task", "wake")
 
-    def __init__(self, task: Optional[Tuple[Callable[..., None], tuple]]):
+    def __init__(self, task: Optional[Tuple[Callable[..., None], Tuple[Any, ...]]]) -> None:
         self.task = task
         self.wake = threading.Event()
 
 
 class Workers:
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
         self._idle: List[_Worker] = []

@@ -131,8 +131,9 @@ async def test_aio_call_accessors(backend):
         call = channel.unary_unary(UNARY)(b"x", timeout=10)
         assert await call == b"x"
         assert await call.code() == grpc.StatusCode.OK
-        assert dict(await call.initial_metadata())["x-h"] == "1"
-        assert dict(await call.trailing_metadata()) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
+        # Pairs, not dict(metadata): grpc.aio.Metadata's keys() yields pairs before grpcio 1.80.
+        assert dict(tuple(await call.initial_metadata()))["x-h"] == "1"
+        assert dict(tuple(await call.trailing_metadata())) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
         assert call.done() and not call.cancelled()
         stats = channel.retry_stats()[UNARY]
         assert (stats["retry_attempts"], stats["retry_attempts_failed"]) == (1, 0)

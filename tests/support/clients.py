@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import grpc
 import grpc.aio
@@ -74,12 +74,12 @@ class Gate:
     timeout: float = 10.0
 
 
-def _pairs(metadata) -> Tuple[Tuple[str, Any], ...]:
+def _pairs(metadata: Any) -> Tuple[Tuple[str, Any], ...]:
     return tuple((k, v) for k, v in (metadata or ()))
 
 
 def _counting_callback(counter: List[int]) -> Callable[[Any], None]:
-    def callback(_call_or_future) -> None:
+    def callback(_call_or_future: Any) -> None:
         counter.append(1)
 
     return callback
@@ -93,7 +93,7 @@ def _counting_callback(counter: List[int]) -> Callable[[Any], None]:
 class Handle:
     """A call in flight. `done_callbacks` counts how often the API ran our done callback."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.done_callbacks: List[int] = []
         self.call: Any = None  # the API's call object (aio call, sync future / response iterator)
         self._future: concurrent.futures.Future[Outcome]
@@ -116,29 +116,29 @@ class Handle:
 class _LoopThread:
     """An event loop running on its own thread; run(coro) blocks until the coroutine's result."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="test-aio-loop", daemon=True)
         self._thread.start()
 
-    def _run(self):
+    def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def submit(self, coro) -> concurrent.futures.Future:
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro, timeout: float = RESULT_TIMEOUT):
+    def run(self, coro: Any, timeout: float = RESULT_TIMEOUT) -> Any:
         return self.submit(coro).result(timeout)
 
-    def call(self, fn: Callable[[], Any], timeout: float = RESULT_TIMEOUT):
-        async def wrapper():
+    def call(self, fn: Callable[[], Any], timeout: float = RESULT_TIMEOUT) -> Any:
+        async def wrapper() -> Any:
             return fn()
 
         return self.run(wrapper(), timeout)
 
-    def stop(self):
-        async def drain():
+    def stop(self) -> None:
+        async def drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
@@ -153,7 +153,7 @@ class _LoopThread:
                 self.loop.close()
 
 
-async def _aio_requests(items: Iterable[Any]):
+async def _aio_requests(items: Iterable[Any]) -> Any:
     loop = asyncio.get_running_loop()
     for item in items:
         if isinstance(item, Gate):
@@ -162,7 +162,7 @@ async def _aio_requests(items: Iterable[Any]):
             yield item
 
 
-async def _aio_outcome(kind: str, call) -> Outcome:
+async def _aio_outcome(kind: str, call: Any) -> Outcome:
     responses: List[Any] = []
     try:
         if kind in ("unary", "client_stream"):
@@ -178,28 +178,29 @@ async def _aio_outcome(kind: str, call) -> Outcome:
                        _pairs(error.trailing_metadata()), error)
     except asyncio.CancelledError as error:
         # grpc.aio raises CancelledError for a call the application cancelled; its status says CANCELLED.
-        if asyncio.current_task() is not None and asyncio.current_task().cancelling():
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
             raise
         return Outcome(await call.code(), await call.details(), responses, _pairs(await call.initial_metadata()),
                        _pairs(await call.trailing_metadata()), error)
 
 
 class AioHandle(Handle):
-    def __init__(self, loop: _LoopThread):
+    def __init__(self, loop: _LoopThread) -> None:
         super().__init__()
         self._loop = loop
 
     def cancel(self) -> bool:
-        return self._loop.call(self.call.cancel)
+        return bool(self._loop.call(self.call.cancel))
 
 
 class AioChannel:
     api = "aio"
 
-    def __init__(self, loop: _LoopThread, target: str, options, interceptors, compression):
+    def __init__(self, loop: _LoopThread, target: str, options: Any, interceptors: Any, compression: Any) -> None:
         self._loop = loop
 
-        async def make():
+        async def make() -> Any:
             return grpc_retry.aio.insecure_channel(target, options=options, compression=compression,
                                                    interceptors=interceptors)
 
@@ -208,31 +209,31 @@ class AioChannel:
 
     # -- plumbing -------------------------------------------------------------------------------------
 
-    def run(self, coro, timeout: float = RESULT_TIMEOUT):
+    def run(self, coro: Any, timeout: float = RESULT_TIMEOUT) -> Any:
         """Run a coroutine on this test's loop (for API-specific checks)."""
         return self._loop.run(coro, timeout)
 
-    def multicallable(self, kind: str, method: str, serializer=None, deserializer=None):
+    def multicallable(self, kind: str, method: str, serializer: Any = None, deserializer: Any = None) -> Any:
         return getattr(self.raw, _FACTORY[kind])(method, request_serializer=serializer,
                                                  response_deserializer=deserializer)
 
-    def stub(self):
-        import echo_pb2_grpc
+    def stub(self) -> Any:
+        import echo_pb2_grpc  # type: ignore[import-not-found]  # generated by the test run
 
         return self._loop.call(lambda: echo_pb2_grpc.EchoStub(self.raw))
 
     @staticmethod
-    def _kwargs(timeout, metadata, wait_for_ready):
+    def _kwargs(timeout: Any, metadata: Any, wait_for_ready: Any) -> Any:
         return dict(timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready)
 
-    def start(self, kind: str, multicallable, payload, *, timeout=None, metadata=None,
-              wait_for_ready=None) -> Handle:
+    def start(self, kind: str, multicallable: Any, payload: Any, *, timeout: Any = None, metadata: Any = None,
+              wait_for_ready: Any = None) -> Handle:
         handle = AioHandle(self._loop)
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
             payload = _aio_requests(payload)
 
-        async def begin():
+        async def begin() -> Any:
             call = multicallable(payload, **kwargs)
             call.add_done_callback(_counting_callback(handle.done_callbacks))
             return call
@@ -241,46 +242,49 @@ class AioChannel:
         handle._future = self._loop.submit(_aio_outcome(kind, handle.call))
         return handle
 
-    def invoke(self, kind: str, multicallable, payload, *, timeout=None, metadata=None,
-               wait_for_ready=None, plain: bool = False) -> Outcome:
+    def invoke(self, kind: str, multicallable: Any, payload: Any, *, timeout: Any = None, metadata: Any = None,
+               wait_for_ready: Any = None, plain: bool = False) -> Outcome:
         """The plain way: await the call (unary) or iterate it (streams), no done callbacks."""
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
         if kind in ("client_stream", "bidi"):
             payload = _aio_requests(payload)
 
-        async def run():
+        async def run() -> Any:
             return await _aio_outcome(kind, multicallable(payload, **kwargs))
 
-        return self._loop.run(run())
+        return cast(Outcome, self._loop.run(run()))
 
-    def close(self):
+    def close(self) -> None:
         self._loop.run(self.channel.close(None))
 
     # -- uniform helpers ------------------------------------------------------------------------------
 
-    def unary(self, method, request, serializer=None, deserializer=None, **kw) -> Outcome:
+    def unary(self, method: Any, request: Any, serializer: Any = None, deserializer: Any = None, **kw: Any) -> Outcome:
         return self.invoke("unary", self.multicallable("unary", method, serializer, deserializer), request, **kw)
 
-    def server_stream(self, method, request, serializer=None, deserializer=None, **kw) -> Outcome:
+    def server_stream(self, method: Any, request: Any, serializer: Any = None, deserializer: Any = None,
+                      **kw: Any) -> Outcome:
         return self.invoke("server_stream", self.multicallable("server_stream", method, serializer,
                                                                deserializer), request, **kw)
 
-    def client_stream(self, method, requests, serializer=None, deserializer=None, **kw) -> Outcome:
+    def client_stream(self, method: Any, requests: Any, serializer: Any = None, deserializer: Any = None,
+                      **kw: Any) -> Outcome:
         return self.invoke("client_stream", self.multicallable("client_stream", method, serializer,
                                                                deserializer), requests, **kw)
 
-    def bidi(self, method, requests, serializer=None, deserializer=None, **kw) -> Outcome:
+    def bidi(self, method: Any, requests: Any, serializer: Any = None, deserializer: Any = None, **kw: Any) -> Outcome:
         return self.invoke("bidi", self.multicallable("bidi", method, serializer, deserializer), requests, **kw)
 
-    def start_call(self, kind, method, payload, serializer=None, deserializer=None, **kw) -> Handle:
+    def start_call(self, kind: Any, method: Any, payload: Any, serializer: Any = None, deserializer: Any = None,
+                   **kw: Any) -> Handle:
         return self.start(kind, self.multicallable(kind, method, serializer, deserializer), payload, **kw)
 
     @property
     def throttle_tokens(self) -> Optional[float]:
-        return self.channel.throttle_tokens
+        return cast(Optional[float], self.channel.throttle_tokens)
 
     @property
-    def state(self):
+    def state(self) -> Any:
         """The channel's ChannelState (pool, throttle, rng)."""
         return self.channel._state
 
@@ -290,7 +294,7 @@ class AioChannel:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _sync_requests(items: Sequence[Any]):
+def _sync_requests(items: Sequence[Any]) -> Any:
     for item in items:
         if isinstance(item, Gate):
             item.event.wait(item.timeout)
@@ -298,12 +302,13 @@ def _sync_requests(items: Sequence[Any]):
             yield item
 
 
-def _sync_error_outcome(error: grpc.RpcError, responses) -> Outcome:
-    return Outcome(error.code(), error.details(), responses, _pairs(error.initial_metadata()),
-                   _pairs(error.trailing_metadata()), error)
+def _sync_error_outcome(error: grpc.RpcError, responses: Any) -> Outcome:
+    call = cast(grpc.Call, error)  # grpcio's RpcError is also its grpc.Call
+    return Outcome(call.code(), call.details(), responses, _pairs(call.initial_metadata()),
+                   _pairs(call.trailing_metadata()), error)
 
 
-def _sync_stream_outcome(iterator) -> Outcome:
+def _sync_stream_outcome(iterator: Any) -> Outcome:
     responses: List[Any] = []
     try:
         for response in iterator:
@@ -314,7 +319,7 @@ def _sync_stream_outcome(iterator) -> Outcome:
                    _pairs(iterator.trailing_metadata()))
 
 
-def _sync_future_outcome(future) -> Outcome:
+def _sync_future_outcome(future: Any) -> Outcome:
     try:
         response = future.result(RESULT_TIMEOUT)
     except grpc.RpcError as error:
@@ -328,32 +333,32 @@ def _sync_future_outcome(future) -> Outcome:
 
 class SyncHandle(Handle):
     def cancel(self) -> bool:
-        return self.call.cancel()
+        return bool(self.call.cancel())
 
 
 class SyncChannel:
     api = "sync"
 
-    def __init__(self, target: str, options, interceptors, compression):
+    def __init__(self, target: str, options: Any, interceptors: Any, compression: Any) -> None:
         self.channel = grpc_retry.insecure_channel(target, options=options, compression=compression)
         self.raw = grpc.intercept_channel(self.channel, *interceptors) if interceptors else self.channel
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="test-sync-call")
 
-    def multicallable(self, kind: str, method: str, serializer=None, deserializer=None):
+    def multicallable(self, kind: str, method: str, serializer: Any = None, deserializer: Any = None) -> Any:
         return getattr(self.raw, _FACTORY[kind])(method, request_serializer=serializer,
                                                  response_deserializer=deserializer)
 
-    def stub(self):
+    def stub(self) -> Any:
         import echo_pb2_grpc
 
         return echo_pb2_grpc.EchoStub(self.raw)
 
     @staticmethod
-    def _kwargs(timeout, metadata, wait_for_ready):
+    def _kwargs(timeout: Any, metadata: Any, wait_for_ready: Any) -> Any:
         return dict(timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready)
 
-    def start(self, kind: str, multicallable, payload, *, timeout=None, metadata=None,
-              wait_for_ready=None) -> Handle:
+    def start(self, kind: str, multicallable: Any, payload: Any, *, timeout: Any = None, metadata: Any = None,
+              wait_for_ready: Any = None) -> Handle:
         """Non-blocking: `.future()` for unary responses, the response iterator for streams."""
         handle = SyncHandle()
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
@@ -369,8 +374,8 @@ class SyncChannel:
             handle._future = self._pool.submit(_sync_stream_outcome, call)
         return handle
 
-    def invoke(self, kind: str, multicallable, payload, *, timeout=None, metadata=None,
-               wait_for_ready=None, plain: bool = False) -> Outcome:
+    def invoke(self, kind: str, multicallable: Any, payload: Any, *, timeout: Any = None, metadata: Any = None,
+               wait_for_ready: Any = None, plain: bool = False) -> Outcome:
         """Blocking, in the calling thread: `.with_call()` for unary responses (with plain=True: the bare
         `multicallable(...)`, whose Outcome then has no metadata), iteration for streams."""
         kwargs = self._kwargs(timeout, metadata, wait_for_ready)
@@ -390,7 +395,7 @@ class SyncChannel:
                            _pairs(call.trailing_metadata()))
         return _sync_stream_outcome(multicallable(payload, **kwargs))
 
-    def close(self):
+    def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.channel.close()
 
@@ -411,24 +416,25 @@ class SyncChannel:
 class Client:
     """Makes channels of one API and closes them (and the aio loop) at the end of the test."""
 
-    def __init__(self, api: str):
+    def __init__(self, api: str) -> None:
         assert api in ("aio", "sync"), api
         self.api = api
         self._loop = _LoopThread() if api == "aio" else None
         self._channels: List[Any] = []
 
-    def channel(self, target: str, options=None, *, interceptors=None, compression=None):
-        if self.api == "aio":
+    def channel(self, target: str, options: Any = None, *, interceptors: Any = None, compression: Any = None) -> Any:
+        ch: Any
+        if self._loop is not None:
             ch = AioChannel(self._loop, target, options, interceptors, compression)
         else:
             ch = SyncChannel(target, options, interceptors, compression)
         self._channels.append(ch)
         return ch
 
-    def make_channel(self, target: str, options=None):
+    def make_channel(self, target: str, options: Any = None) -> None:
         """Only create the channel (for config errors): what the API's insecure_channel raises, raised."""
-        if self.api == "aio":
-            async def make():
+        if self._loop is not None:
+            async def make() -> Any:
                 return grpc_retry.aio.insecure_channel(target, options=options)
 
             channel = self._loop.run(make())
@@ -436,7 +442,7 @@ class Client:
         else:
             grpc_retry.insecure_channel(target, options=options).close()
 
-    def run_in_loop(self, coro, timeout: float = RESULT_TIMEOUT):
+    def run_in_loop(self, coro: Any, timeout: float = RESULT_TIMEOUT) -> Any:
         assert self._loop is not None, "aio only"
         return self._loop.run(coro, timeout)
 
@@ -446,12 +452,12 @@ class Client:
 
     # -- interceptors that count logical calls -------------------------------------------------------
 
-    def counting_interceptor(self, add_metadata: Tuple[str, str] = ("x-intercepted", "yes")):
+    def counting_interceptor(self, add_metadata: Tuple[str, str] = ("x-intercepted", "yes")) -> Any:
         """An interceptor (of this API) for unary-unary and unary-stream calls: it adds `add_metadata` to each
         call it sees and records the call's method in `.calls`."""
         return _AioCounting(add_metadata) if self.api == "aio" else _SyncCounting(add_metadata)
 
-    def close(self):
+    def close(self) -> None:
         errors = []
         for ch in reversed(self._channels):
             try:
@@ -464,43 +470,43 @@ class Client:
             raise errors[0]
 
 
-def _with_metadata(details, pair):
+def _with_metadata(details: Any, pair: Any) -> Any:
     metadata = tuple(details.metadata or ()) + (pair,)
     return details._replace(metadata=metadata)
 
 
 class _AioCounting(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, pair):
+    def __init__(self, pair: Any) -> None:
         self.pair = pair
         self.calls: List[str] = []
 
-    async def _intercept(self, continuation, details, request):
+    async def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
         self.calls.append(details.method)
         details = grpc.aio.ClientCallDetails(details.method, details.timeout,
-                                             tuple(details.metadata or ()) + (self.pair,),
+                                             cast(Any, tuple(details.metadata or ()) + (self.pair,)),
                                              details.credentials, details.wait_for_ready)
         return await continuation(details, request)
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await self._intercept(continuation, client_call_details, request)
 
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await self._intercept(continuation, client_call_details, request)
 
 
 class _SyncCounting(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    def __init__(self, pair):
+    def __init__(self, pair: Any) -> None:
         self.pair = pair
         self.calls: List[str] = []
 
-    def _intercept(self, continuation, details, request):
+    def _intercept(self, continuation: Any, details: Any, request: Any) -> Any:
         self.calls.append(details.method)
         return continuation(_with_metadata(details, self.pair), request)
 
-    def intercept_unary_unary(self, continuation, client_call_details, request):
+    def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return self._intercept(continuation, client_call_details, request)
 
-    def intercept_unary_stream(self, continuation, client_call_details, request):
+    def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return self._intercept(continuation, client_call_details, request)
 
 
@@ -511,13 +517,14 @@ class _SyncCounting(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
 ECHO_SERVICE = "grpc_retry.test.Echo"
 
 
-def retry_policy(max_attempts=3, initial="0.01s", maximum="0.05s", multiplier=2, codes=("UNAVAILABLE",)):
+def retry_policy(max_attempts: Any = 3, initial: Any = "0.01s", maximum: Any = "0.05s", multiplier: Any = 2,
+                 codes: Any = ("UNAVAILABLE",)) -> Any:
     return {"maxAttempts": max_attempts, "initialBackoff": initial, "maxBackoff": maximum,
             "backoffMultiplier": multiplier, "retryableStatusCodes": list(codes)}
 
 
-def service_config(policy=None, *, name=None, timeout=None, wait_for_ready=None, throttling=None,
-                   extra_method_configs=()) -> str:
+def service_config(policy: Any = None, *, name: Any = None, timeout: Any = None, wait_for_ready: Any = None,
+                   throttling: Any = None, extra_method_configs: Any = ()) -> str:
     """A service config JSON string: one method config (for the whole Echo service unless `name` is given)."""
     import json
 
@@ -534,7 +541,7 @@ def service_config(policy=None, *, name=None, timeout=None, wait_for_ready=None,
     return json.dumps(config)
 
 
-def retry_options(policy=None, **kw) -> List[Tuple[str, Any]]:
+def retry_options(policy: Any = None, **kw: Any) -> List[Tuple[str, Any]]:
     """Channel options with a service config that retries (by default: 3 attempts on UNAVAILABLE)."""
     extra = kw.pop("options", ())
     return [("grpc.service_config", service_config(policy if policy is not None else retry_policy(), **kw)),

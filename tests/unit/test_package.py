@@ -1,6 +1,9 @@
 """The package's face: real exports (a typo is an AttributeError and a mypy error), the version it declares."""
 
+import ast
 import importlib.metadata
+import subprocess
+import sys
 
 import grpc
 
@@ -12,3 +15,33 @@ def test_exports_and_version():
     assert issubclass(grpc_retry.Channel, grpc.Channel)
     assert set(grpc_retry.__all__) <= set(dir(grpc_retry))
     assert not hasattr(grpc_retry, "insecure_chanel") and not hasattr(grpc_retry, "__getattr__")
+
+
+def test_the_tested_grpcio_range():
+    from grpc_retry._version import TESTED_GRPCIO, untested_grpcio
+
+    (low, high) = TESTED_GRPCIO
+    assert untested_grpcio(grpc.__version__) is None  # CI runs the suite on both ends of the range
+    assert untested_grpcio(f"{low[0]}.{low[1]}.0") is None and untested_grpcio(f"{high[0]}.{high[1]}.3") is None
+    for outside in (f"{low[0]}.{low[1] - 1}.2", f"{high[0]}.{high[1] + 1}.0", "2.0.0", "1.x"):
+        reason = untested_grpcio(outside)
+        assert reason is not None and f"grpcio {outside} is installed" in reason
+        assert f"tested with grpcio {low[0]}.{low[1]} to {high[0]}.{high[1]}" in reason
+
+
+def test_importing_with_an_untested_grpcio_warns_once():
+    """A grpcio outside the range (simulated: its version string changed before grpc_retry is imported)."""
+    script = (
+        "import warnings, grpc\n"
+        "grpc.__version__ = '1.60.0'\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import grpc_retry, grpc_retry.aio\n"
+        "    import importlib; importlib.reload(grpc_retry.sync)\n"
+        "print([(w.category.__name__, str(w.message)) for w in seen])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout)
+    assert len(seen) == 1 and seen[0][0] == "RuntimeWarning", seen
+    assert "grpcio 1.60.0 is installed" in seen[0][1]

@@ -610,7 +610,7 @@ def service_config_pb2(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The module generated from third_party/service_config.proto (built here if the build has not run)."""
     try:
         return importlib.import_module("grpc_retry._proto.service_config_pb2")
-    except ImportError:
+    except Exception:  # not built, or built by a newer protoc than the protobuf installed here (VersionError)
         pass
     protoc = pytest.importorskip("grpc_tools.protoc")
     import grpc_tools
