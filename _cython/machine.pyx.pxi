@@ -46,6 +46,20 @@
 #          (DELIVER, n)                   the call ends with attempt n's result (its status, metadata, response)
 #          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address)
 # DELIVER and END come last, once per call, after the CANCELs of whatever was still live.
+#
+# Notes: when the driver sets `notes` to a list (telemetry is on), the machine appends what it decided and why, for
+# the trace log, spans and metrics; when it is None (the default) the machine spends one test per decision on it.
+#   (NOTE_START, n, address, previous, why, after)  attempt n started; why: ORIGINAL, RETRY, HEDGE or TRANSPARENT;
+#                                                   after: seconds since the call's previous attempt started
+#   (NOTE_STATUS, n, code)                          attempt n ended with that status
+#   (NOTE_BACKOFF, n, delay, next, max)             the next attempt (number `next` of `max`) in `delay` seconds
+#   (NOTE_HEDGE_NOW, n)                             a non-fatal status brought the next hedge forward
+#   (NOTE_TRANSPARENT, n, kind)                     attempt n goes again transparently (NOT_SENT, REFUSED)
+#   (NOTE_COMMIT, n, cause)                         attempt n carries the call; cause: COMMIT_ANSWER, COMMIT_OVERFLOW
+#   (NOTE_STOP, reason, value)                      no further attempt: throttled (value: tokens), pushback,
+#                                                   hedge budget
+#   (NOTE_END, reason, code, n)                     the call ended: with a status no server sent (its code), or
+#                                                   with attempt n's (code -1)
 
 from libc.math cimport INFINITY
 
@@ -77,22 +91,9 @@ cdef enum:
 START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END = range(10)
 ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END")
 
-# Why a call ended (machine.reason), for telemetry.
-cdef enum:
-    R_NONE = 0
-    R_OK = 1
-    R_FATAL = 2             # a status the policy does not retry
-    R_EXHAUSTED = 3         # maxAttempts reached
-    R_THROTTLED = 4
-    R_PUSHBACK = 5          # the server said "do not retry"
-    R_COMMITTED = 6         # committed (headers, a message, overflow), then failed
-    R_DEADLINE = 7
-    R_CANCELLED = 8         # the application (or the channel's close, or a local failure) ended it
-    R_NO_ADDRESS = 9        # no backend could take the next attempt, and the call fails fast
-    R_BUDGET = 10           # a due hedge was not sent for the extra-load budget, and the attempts sent failed
-
-REASONS = ("", "ok", "fatal_status", "attempts_exhausted", "throttled", "pushback_stop", "committed_then_failed",
-           "deadline", "cancelled", "no_address", "hedge_budget")
+NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END = range(8)
+ORIGINAL, RETRY, HEDGE, TRANSPARENT = range(4)
+COMMIT_ANSWER, COMMIT_OVERFLOW = range(2)
 
 # Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
 NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
@@ -172,6 +173,9 @@ cdef class CallMachine:
     cdef readonly double idle_time   # seconds with no attempt in flight
     cdef double _idle_since
     cdef readonly int reason
+    cdef bint _overflowed       # committed because the replay buffer overflowed
+    cdef double _last_start
+    cdef public list notes      # decisions, for telemetry (None: not kept)
 
     def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, Picker picker,
                  long per_rpc_limit, double deadline, rng, bint enabled=True, bint wait_for_ready=False,
@@ -199,6 +203,7 @@ cdef class CallMachine:
         self.timer_at = INFINITY
         self._used = 0
         self._messages = []
+        self._last_start = -INFINITY
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -274,11 +279,15 @@ cdef class CallMachine:
         self._last = n
         if self.live == 0:
             self._idle_since = now
+        if self.notes is not None:
+            self.notes.append((NOTE_STATUS, n, code))
         if got_headers and self.winner != n:
             self._commit_to(n, out)
         if code != STATUS_OK and (self.winner < 0 or self.winner == n):
             kind = transparent_kind(code, details)
             if kind >= 0 and self._redo(a, kind, now):
+                if self.notes is not None:
+                    self.notes.append((NOTE_TRANSPARENT, n, kind))
                 self._pump(now, out)
                 return out
         if a.previous > 0 and code != STATUS_OK:
@@ -304,12 +313,18 @@ cdef class CallMachine:
         if stop or throttled:
             self._stopped = True
             self._stop_reason = R_PUSHBACK if stop else R_THROTTLED
+            if self.notes is not None:
+                self.notes.append((NOTE_STOP, self._stop_reason, self.throttle.tokens if throttled else -1.0))
         elif self.counted < self.max_attempts:
             if self.hedging:
                 # The next hedge comes forward: now, or when the server asks.
                 self.next_at = now + pushback / 1000.0 if pushback >= 0 else now
+                if self.notes is not None and self.next_at == now:
+                    self.notes.append((NOTE_HEDGE_NOW, n))
             else:
                 self.next_at = now + self._backoff(pushback)
+            if self.notes is not None and self.next_at > now:
+                self.notes.append((NOTE_BACKOFF, n, self.next_at - now, self.counted + 1, self.max_attempts))
         self._pump(now, out)
         return out
 
@@ -427,6 +442,7 @@ cdef class CallMachine:
             a = <_Attempt>self._attempts[i]
             if a.live and (best < 0 or a.sent > (<_Attempt>self._attempts[best]).sent):
                 best = i
+        self._overflowed = True
         if best >= 0:
             self._commit_to(best, out)
         elif self._last >= 0 and not self._redos:
@@ -452,6 +468,8 @@ cdef class CallMachine:
             self.waiting = False
             out.append((A_UNWAIT,))
         out.append((A_COMMIT, n))
+        if self.notes is not None:
+            self.notes.append((NOTE_COMMIT, n, COMMIT_OVERFLOW if self._overflowed else COMMIT_ANSWER))
         for i in range(len(self._attempts)):
             a = <_Attempt>self._attempts[i]
             if a.live and i != n:
@@ -536,18 +554,22 @@ cdef class CallMachine:
                 i += 1
                 continue
             del self._redos[i]
-            self._start_attempt(address, r.previous, now, out)
+            self._start_attempt(address, r.previous, now, out, TRANSPARENT)
         while not blocked and self._due(now):
             if self.hedging and self.counted > 0 and self.throttle is not None and not self.throttle.allows_retry():
                 # A6: throttled hedges are not sent.
                 self._stopped = True
                 self._stop_reason = R_THROTTLED
+                if self.notes is not None:
+                    self.notes.append((NOTE_STOP, R_THROTTLED, self.throttle.tokens))
                 break
             if self.hedging and self.counted > 0 and self.policy.hedge is not None and \
                     not self.policy.hedge.take_hedge():
                 # Over the extra-load budget: the call goes on with the attempts it has.
                 self._stopped = True
                 self._stop_reason = R_BUDGET
+                if self.notes is not None:
+                    self.notes.append((NOTE_STOP, R_BUDGET, -1.0))
                 break
             address = self.picker.pick(self._used)
             if address < 0:
@@ -556,7 +578,8 @@ cdef class CallMachine:
             if self.counted > 0:
                 self.policy.stats.record_retry(self.counted)
             self.counted += 1
-            self._start_attempt(address, self.counted - 1, now, out)
+            self._start_attempt(address, self.counted - 1, now, out,
+                                ORIGINAL if self.counted == 1 else (HEDGE if self.hedging else RETRY))
             if self.hedging and self.counted < self.max_attempts and not self.committed:
                 self.next_at = now + (self.policy.hedging_delay if self.policy.hedge is None else
                                       self.policy.hedge.delay(now))
@@ -622,7 +645,7 @@ cdef class CallMachine:
         else:
             self.state = BACKOFF
 
-    cdef void _start_attempt(self, int address, int previous, double now, list out) except *:
+    cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *:
         cdef _Attempt a = _Attempt()
         cdef int n = len(self._attempts)
         a.previous = previous
@@ -635,9 +658,14 @@ cdef class CallMachine:
             self.idle_time += now - self._idle_since
         self.live += 1
         out.append((A_START, n, address, previous))
+        if self.notes is not None:
+            self.notes.append((NOTE_START, n, address, previous, why, now - self._last_start))
+        self._last_start = now
         if self.committed and self.winner < 0:
             self.winner = n
             out.append((A_COMMIT, n))
+            if self.notes is not None:
+                self.notes.append((NOTE_COMMIT, n, COMMIT_OVERFLOW if self._overflowed else COMMIT_ANSWER))
         if self.unary_request:
             a.sent = 1
             a.closing = True
@@ -681,4 +709,7 @@ cdef class CallMachine:
         self.next_at = INFINITY
         self.state = DONE
         self.reason = reason
+        self.policy.stats.record_call(len(self._attempts), self.transparent_retries, self._overflowed, reason)
+        if self.notes is not None:
+            self.notes.append((NOTE_END, reason, value if kind == A_END else -1, value if kind == A_DELIVER else -1))
         out.append((kind, value))

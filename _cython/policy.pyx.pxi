@@ -17,9 +17,30 @@ cdef tuple STATS_BUCKETS = (1, 2, 3, 4, 5, 10, 100, 1000)
 
 
 cdef class RetryStats:
-    cdef readonly long retries
+    cdef readonly long retries          # A6: attempts after a call's first counted one (retries and hedges)
     cdef readonly long retries_failed
     cdef long _buckets[8]
+    # per call, counted when it ends
+    cdef readonly long calls
+    cdef readonly long attempts         # grpcio calls made, transparent retries included
+    cdef readonly long transparent_retries
+    cdef readonly long committed_by_overflow
+    cdef readonly long stopped_by_throttling
+    cdef readonly long stopped_by_pushback
+    cdef readonly long stopped_by_attempt_limit
+
+    cdef void record_call(self, long attempts, long transparent, bint overflowed, int reason):
+        self.calls += 1
+        self.attempts += attempts
+        self.transparent_retries += transparent
+        if overflowed:
+            self.committed_by_overflow += 1
+        if reason == R_THROTTLED:
+            self.stopped_by_throttling += 1
+        elif reason == R_PUSHBACK:
+            self.stopped_by_pushback += 1
+        elif reason == R_EXHAUSTED:
+            self.stopped_by_attempt_limit += 1
 
     cdef void record_retry(self, int n):
         """The n-th retry (n >= 1) of a call began: it counts in the bucket of the largest threshold <= n."""

@@ -201,9 +201,9 @@ async def run_adaptive(calls: int) -> dict:
                     target, options=[("grpc.service_config", config(policy))] + extra)
                 row[name], _ = await measure(channel, target, calls, concurrency)
                 if extra:
-                    row[name]["delay_ms"] = round(channel.retry_stats()[CALL]["hedging_delay"] * 1000, 2)
-                    row[name]["hedges_not_sent_for_budget"] = channel.retry_stats()[CALL][
-                        "hedges_not_sent_for_budget"]
+                    stats = channel.retry_stats()[CALL]
+                    row[name]["delay_ms"] = round((stats.hedging_delay or 0.0) * 1000, 2)
+                    row[name]["hedges_not_sent_for_budget"] = stats.hedges_not_sent_for_budget
                 await channel.close()
             for name in ("fixed", "adaptive"):
                 row[f"{name}_p99_over_unhedged_p99"] = round(row[name]["p99_ms"] / row["unhedged"]["p99_ms"], 3)
@@ -229,7 +229,7 @@ async def follow_step(target: str, hedging: dict) -> dict:
             await multicallable(b"x", timeout=5)
 
     def delay() -> float:
-        return channel.retry_stats()[CALL]["hedging_delay"]
+        return channel.retry_stats()[CALL].hedging_delay or 0.0
 
     workers = [asyncio.ensure_future(worker())]
     try:

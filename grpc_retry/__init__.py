@@ -6,7 +6,11 @@ warn_if_untested()  # before anything reads grpcio's internals
 
 from grpc_retry._config import ServiceConfigError, ServiceConfigWarning  # noqa: E402
 from grpc_retry._install import install, uninstall  # noqa: E402
+from grpc_retry._stats import MethodStats, ThrottleState  # noqa: E402
+from grpc_retry._telemetry import trace_from_environment  # noqa: E402
 from grpc_retry.sync import Channel, insecure_channel, secure_channel  # noqa: E402
 
-__all__ = ["Channel", "ServiceConfigError", "ServiceConfigWarning", "__version__", "insecure_channel", "install",
-           "secure_channel", "uninstall"]
+__all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning", "ThrottleState", "__version__",
+           "insecure_channel", "install", "secure_channel", "uninstall"]
+
+trace_from_environment()  # GRPC_RETRY_TRACE=1: the trace log on stderr

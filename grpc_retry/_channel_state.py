@@ -7,13 +7,13 @@ import logging
 import math
 import random
 import threading
-import time
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, Mapping, Optional, Set, Tuple
 
 from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
-from grpc_retry._stats import MethodStats
+from grpc_retry._stats import MethodStats, channel_stats
+from grpc_retry._telemetry import Telemetry
 
 log = logging.getLogger("grpc_retry")
 
@@ -37,7 +37,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 
 class ChannelState:
-    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "_policies")
+    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies")
 
     def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
@@ -46,6 +46,7 @@ class ChannelState:
         self.options: RetryOptions = parse_options(options)
         self.pool = BufferPool(self.options.channel_buffer)
         self.throttle = throttle_for(target, self.options.service_config.retry_throttling)
+        self.telemetry = Telemetry(target, self.throttle, self.options.meter_provider, self.options.tracer_provider)
         self.rng = random.random
         # Calls whose attempts the channel does not run inline: each adds itself as it starts and removes itself
         # as it ends, exactly once.
@@ -60,19 +61,9 @@ class ChannelState:
             policy = self._policies[method] = self._resolve(method)
         return policy
 
-    def retry_stats(self) -> Dict[str, MethodStats]:
-        """A6 retry statistics of each method this channel has called with a retry or hedging policy."""
-        now = time.monotonic()
-        out: Dict[str, MethodStats] = {}
-        for method, policy in self._policies.items():
-            if policy.max_attempts > 1:
-                stats = policy.stats
-                out[method] = MethodStats(retry_attempts=stats.retries, retry_attempts_failed=stats.retries_failed,
-                                          histogram=stats.histogram())
-                if policy.hedge is not None:
-                    out[method]["hedging_delay"] = policy.hedge.delay(now)
-                    out[method]["hedges_not_sent_for_budget"] = policy.hedge.budget_stopped
-        return out
+    def retry_stats(self) -> Mapping[str, MethodStats]:
+        """A snapshot of each method this channel has called with a retry or hedging policy."""
+        return channel_stats(self._policies)
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)

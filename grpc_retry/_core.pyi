@@ -18,6 +18,20 @@ STATE_NAMES: Tuple[str, ...]
 REASONS: Tuple[str, ...]
 NOT_SENT: int
 REFUSED: int
+NOTE_START: int
+NOTE_STATUS: int
+NOTE_BACKOFF: int
+NOTE_HEDGE_NOW: int
+NOTE_TRANSPARENT: int
+NOTE_COMMIT: int
+NOTE_STOP: int
+NOTE_END: int
+ORIGINAL: int
+RETRY: int
+HEDGE: int
+TRANSPARENT: int
+COMMIT_ANSWER: int
+COMMIT_OVERFLOW: int
 PICK_FIRST: int
 ROUND_ROBIN: int
 BUCKET_ERROR: float
@@ -64,6 +78,13 @@ class HedgingControl:
 class RetryStats:
     retries: int
     retries_failed: int
+    calls: int
+    attempts: int
+    transparent_retries: int
+    committed_by_overflow: int
+    stopped_by_throttling: int
+    stopped_by_pushback: int
+    stopped_by_attempt_limit: int
     def histogram(self) -> Dict[str, int]: ...
     def as_dict(self) -> Dict[str, Any]: ...
 
@@ -121,6 +142,7 @@ class CallMachine:
     transparent_retries: int
     idle_time: float
     reason: int
+    notes: Optional[List[Tuple[Any, ...]]]
     def __init__(self, policy: CallPolicy, throttle: Optional[RetryThrottle], pool: BufferPool, picker: Picker,
                  per_rpc_limit: int, deadline: float, rng: Any, enabled: bool = True, wait_for_ready: bool = False,
                  unary_request: bool = True) -> None: ...

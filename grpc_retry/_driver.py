@@ -12,6 +12,7 @@ from grpc_retry._core import CANCEL, COMMIT, DELIVER, HALF_CLOSE, START, TIMER, 
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
+    from grpc_retry._telemetry import CallTelemetry
 
 
 log = logging.getLogger("grpc_retry")
@@ -65,7 +66,7 @@ class CallDriver:
     """Performs the machine's actions in order. The handlers are the driver's I/O. Keeps what every attempt of
     the call is started with."""
 
-    __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr")
+    __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr", "_obs")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
@@ -78,8 +79,11 @@ class CallDriver:
         # grpc_retry waits for ready itself where it can replay the attempt; grpcio waits where it cannot.
         self._grpc_wfr = bool(wait_for_ready) and (
             not machine.transparent_enabled or (stream_request and machine.committed))
+        self._obs: Optional[CallTelemetry] = method.observe(machine)  # None: nothing exported for this call
 
     def _act(self, actions: List[Action]) -> None:
+        if self._obs is not None:
+            self._obs.flush()  # what the machine decided to get these actions, exported first
         for action in actions:
             kind = action[0]
             if kind == START:
@@ -133,7 +137,3 @@ class CallDriver:
     def _end(self, code: int) -> None:
         raise NotImplementedError
 
-
-def trace_attempt(call: object, n: int, previous: int, address: str) -> None:
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("call %x: attempt %d (previous %d) on %s", id(call), n, previous, address)

@@ -16,7 +16,8 @@ import grpc.aio
 
 from grpc_retry._options import ENABLE
 
-# grpcio's constructors, as imported: what subchannels are made with, and what uninstall() puts back.
+# grpcio's constructors, as imported: what subchannels are made with (grpc_retry reads the internals of grpcio's
+# own channels and calls: a channel another library wrapped would not have them), and what uninstall() puts back.
 grpc_insecure_channel = grpc.insecure_channel
 grpc_secure_channel = grpc.secure_channel
 grpc_aio_insecure_channel = grpc.aio.insecure_channel

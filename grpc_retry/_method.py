@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 from time import monotonic
-from typing import Any, Callable, Dict, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, cast
 
 import grpc
 
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import log
-from grpc_retry._stats import MethodStats
+from grpc_retry._stats import MethodStats, ThrottleState, throttle_state
+from grpc_retry._telemetry import CallTelemetry
 
 # What the application passes to a channel's methods and calls.
 Serializer = Optional[Callable[[Any], bytes]]
@@ -72,6 +73,10 @@ class Method:
     def closed(self) -> bool:
         return self._state.closed
 
+    def observe(self, machine: CallMachine) -> Optional[CallTelemetry]:
+        """A starting call's telemetry, or None when nothing would be exported."""
+        return self._state.telemetry.observe(self._method, machine, self.subchannels.addresses)
+
     def deserialize(self, message: bytes) -> Any:
         """A response for the application, or UNDESERIALIZABLE (the call then fails INTERNAL)."""
         if self.deserializer is None:
@@ -101,10 +106,16 @@ class RetryStatistics:
 
     _state: ChannelState
 
-    def retry_stats(self) -> Dict[str, MethodStats]:
-        """Per method (A6 "Retry and Hedging Statistics"): retry attempts made, those that failed, and a
-        histogram of which retry each was (hedges after the first count as retries)."""
+    def retry_stats(self) -> Mapping[str, MethodStats]:
+        """Per method with a retry or hedging policy, what its calls did so far: an immutable snapshot
+        (`grpc_retry.MethodStats`), taken now."""
         return self._state.retry_stats()
+
+    @property
+    def throttle(self) -> Optional[ThrottleState]:
+        """The retry throttle of this channel's server name, now (None without retryThrottling). Every channel
+        of the process to the same server name shares it, as A6 says."""
+        return throttle_state(self._state.throttle)
 
     @property
     def throttle_tokens(self) -> Optional[float]:

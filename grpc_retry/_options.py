@@ -19,12 +19,15 @@ HEDGING_QUANTILE = "grpc_retry.hedging_quantile"
 MAX_EXTRA_LOAD = "grpc_retry.max_extra_load"
 LB_POLICY = "grpc.lb_policy_name"
 ENABLE = "grpc_retry.enable"  # read by install()'s constructors; accepted (and ignored) by our channels
+METER_PROVIDER = "grpc_retry.meter_provider"
+TRACER_PROVIDER = "grpc_retry.tracer_provider"
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 LB_POLICIES = ("pick_first", "round_robin")
-OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE)  # the grpc_retry.* options
+OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE,  # the grpc_retry.* options
+        METER_PROVIDER, TRACER_PROVIDER)
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -40,6 +43,8 @@ class RetryOptions:
     max_extra_load: float    # < 0: no budget
     lb_policy: str
     passthrough: Tuple[Tuple[str, Any], ...]
+    meter_provider: Any = None     # OpenTelemetry's; None: the global one, once set
+    tracer_provider: Any = None
 
 
 def _int_option(name: str, value: Any, minimum: int) -> int:
@@ -118,8 +123,14 @@ def parse_options(options: OptionsType) -> RetryOptions:
     limits = message_limits(config)
     if limits is not None:
         rest.append((SERVICE_CONFIG, limits))
+    meter_provider, tracer_provider = ours.get(METER_PROVIDER), ours.get(TRACER_PROVIDER)
+    for name, provider, method in ((METER_PROVIDER, meter_provider, "get_meter"),
+                                   (TRACER_PROVIDER, tracer_provider, "get_tracer")):
+        if provider is not None and not callable(getattr(provider, method, None)):
+            raise ValueError(f"channel option {name}: must be an OpenTelemetry provider (with {method}()), "
+                             f"got {type(provider).__name__}")
     return RetryOptions(config, bool(enable), per_rpc, channel, cap, 0.0 if quantile is None else quantile,
-                        -1.0 if extra is None else extra, lb_policy, tuple(rest))
+                        -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider)
 
 
 def message_limits(config: ServiceConfig) -> Optional[str]:

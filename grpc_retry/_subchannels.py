@@ -300,7 +300,7 @@ class Subchannels:
 
 
 class SyncSubchannels(Subchannels):
-    def _make_channel(self, address: str) -> grpc.Channel:
+    def _make_channel(self, address: str) -> Any:  # a grpc.Channel (maybe wrapped by an instrumentation)
         if self._credentials is None:
             return constructors.grpc_insecure_channel(address, options=self._options,
                                                       compression=self._compression)
@@ -366,7 +366,7 @@ class AioSubchannels(Subchannels):
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
         super().__init__(*args)
 
-    def _make_channel(self, address: str) -> grpc.aio.Channel:
+    def _make_channel(self, address: str) -> Any:  # a grpc.aio.Channel
         if self._credentials is None:
             return constructors.grpc_aio_insecure_channel(address, options=self._options,
                                                           compression=self._compression)

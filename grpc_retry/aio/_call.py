@@ -111,8 +111,9 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     def _start(self, n: int, address: int, previous: int) -> None:
         method = self._method
-        driver.trace_attempt(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
+        obs = self._obs
+        token = None if obs is None else obs.enter_attempt(n)
         try:
             attempt = method.inner(address)(
                 self._request, timeout=None if deadline == INF else deadline - monotonic(),
@@ -122,6 +123,9 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             log.error("grpc_retry could not start an attempt: %r", error)
             self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
             return
+        finally:
+            if obs is not None:
+                obs.leave_attempt(token)
         self._attempts[n] = attempt
         if self._hedged:
             if self._watchers is None:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
 from grpc_retry._driver import attempt_metadata as metadata_of_attempt
-from grpc_retry._driver import trace_attempt as trace
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
@@ -56,8 +55,6 @@ class _Attempts(CallDriver):
         self._final: Any = None   # with OK: the attempt whose result the application gets
 
     def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
-        method = self._method
-        trace(self, n, previous, method.subchannels.addresses[address])
         deadline = self._machine.deadline
         return dict(timeout=None if deadline == INF else deadline - monotonic(),
                     metadata=metadata_of_attempt(self._metadata, previous), credentials=self._credentials,
@@ -150,6 +147,8 @@ class BlockingCall(_Attempts):
     def _attempt(self, n: int, address: int, previous: int) -> List[Action]:
         self._next = None
         inner = self._method.inner(address)
+        obs = self._obs
+        token = None if obs is None else obs.enter_attempt(n)
         try:
             if self._with_call:
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
@@ -159,6 +158,9 @@ class BlockingCall(_Attempts):
             self._last = error, None
             code, details, trailing, _, initial = internals.sync_status(error)
             return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
+        finally:
+            if obs is not None:
+                obs.leave_attempt(token)
         self._last = call, response
         return self._machine.status(n, 0, None, None, monotonic())
 
@@ -304,6 +306,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             if self._requests is not None:
                 self._outboxes[n] = collections.deque()
         method = self._method
+        obs = self._obs
+        token = None if obs is None else obs.enter_attempt(n)
         try:
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
@@ -312,6 +316,9 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._not_started(error)
             return
+        finally:
+            if obs is not None:
+                obs.leave_attempt(token)
         with self._lock:
             self._attempts[n] = call
             if not self._hedged:

@@ -29,7 +29,7 @@ def test_the_tested_grpcio_range():
         assert f"tested with grpcio {low[0]}.{low[1]} to {high[0]}.{high[1]}" in reason
 
 
-def test_importing_with_an_untested_grpcio_warns_once():
+def test_importing_with_an_untested_grpcio_warns_once(tmp_path):
     """A grpcio outside the range (simulated: its version string changed before grpc_retry is imported)."""
     script = (
         "import warnings, grpc\n"
@@ -40,7 +40,8 @@ def test_importing_with_an_untested_grpcio_warns_once():
         "    import importlib; importlib.reload(grpc_retry.sync)\n"
         "print([(w.category.__name__, str(w.message)) for w in seen])\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    # cwd: not the source tree, whose grpc_retry has no compiled core
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     seen = ast.literal_eval(done.stdout)
     assert len(seen) == 1 and seen[0][0] == "RuntimeWarning", seen

@@ -1,0 +1,339 @@
+"""What the retries did, exported: the trace log, OpenTelemetry metrics (gRFC A96, A66's call duration) and a span
+per logical call. The call machine notes its decisions (`machine.notes`) only for a call observed here; a call
+no one observes costs one test where it starts.
+
+Switched on by: the "grpc_retry" logger at DEBUG (GRPC_RETRY_TRACE=1 adds a stderr handler without code), an
+OpenTelemetry meter or tracer provider (the global one once set, or one passed with the channel options
+`grpc_retry.meter_provider` / `grpc_retry.tracer_provider`), with `opentelemetry-api` installed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import grpc
+
+from grpc_retry._core import (
+    COMMIT_OVERFLOW,
+    HEDGE,
+    NOTE_BACKOFF,
+    NOTE_COMMIT,
+    NOTE_END,
+    NOTE_HEDGE_NOW,
+    NOTE_START,
+    NOTE_STATUS,
+    NOTE_STOP,
+    NOTE_TRANSPARENT,
+    ORIGINAL,
+    REASONS,
+    REFUSED,
+    RETRY,
+    TRANSPARENT,
+    CallMachine,
+    RetryThrottle,
+)
+from grpc_retry._version import __version__
+
+log = logging.getLogger("grpc_retry")
+
+TRACE_ENV = "GRPC_RETRY_TRACE"
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+_WHY = {RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent retry"}
+_TYPES = {ORIGINAL: "original", RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent_retry"}
+_DECISIONS = (NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_STOP)
+_STOPS = {"throttled": "throttled", "pushback_stop": "pushback", "hedge_budget": "hedge budget spent"}
+
+# A66's bucket boundaries for latencies (seconds); for counts, C-core's for its retry histograms.
+LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006,
+                   0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16, 0.2,
+                   0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100)
+COUNT_BUCKETS = (1, 2, 3, 4, 5)
+
+_call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
+
+
+def trace_from_environment() -> None:
+    """GRPC_RETRY_TRACE=1: the trace log on stderr, with no code."""
+    if os.environ.get(TRACE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        if not any(getattr(h, "_grpc_retry_trace", False) for h in log.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s grpc_retry %(message)s"))
+            handler._grpc_retry_trace = True  # type: ignore[attr-defined]
+            log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+
+
+def canonical_target(target: str) -> str:
+    """A66's grpc.target: the target as a URI (a bare host:port is a dns:/// one)."""
+    scheme = target.split(":", 1)[0]
+    if ":" in target and scheme in ("dns", "ipv4", "ipv6", "unix", "unix-abstract"):
+        return target
+    return "dns:///" + target
+
+
+def _provider_set(provider: Any) -> bool:
+    """Whether `provider` is a real one (not OpenTelemetry API's no-op or not-yet-set proxy)."""
+    name = type(provider).__name__
+    return not (name.startswith("NoOp") or name.startswith("_Proxy") or name.startswith("Proxy"))
+
+
+class _Metrics:
+    """The A96 / A66 histograms, made once per channel."""
+
+    def __init__(self, provider: Any) -> None:
+        meter = provider.get_meter("grpc_retry", __version__)
+
+        def histogram(name: str, unit: str, description: str, buckets: Tuple[float, ...]) -> Any:
+            try:
+                return meter.create_histogram(name, unit=unit, description=description,
+                                              explicit_bucket_boundaries_advisory=list(buckets))
+            except TypeError:  # opentelemetry-api before 1.23: no advisory; the SDK's view decides the buckets
+                return meter.create_histogram(name, unit=unit, description=description)
+
+        self.retries = histogram("grpc.client.call.retries", "{retry}",
+                                 "Retry attempts made during the client call (not the original attempt).",
+                                 COUNT_BUCKETS)
+        self.transparent = histogram("grpc.client.call.transparent_retries", "{transparent_retry}",
+                                     "Transparent retries made during the client call.", COUNT_BUCKETS)
+        self.hedges = histogram("grpc.client.call.hedges", "{hedge}",
+                                "Hedged attempts made during the client call (not the original attempt).",
+                                COUNT_BUCKETS)
+        self.retry_delay = histogram("grpc.client.call.retry_delay", "s",
+                                     "Total time with no attempt in flight during the client call.",
+                                     LATENCY_BUCKETS)
+        self.duration = histogram("grpc.client.call.duration", "s",
+                                  "Time from the start to the end of the client call, as the application sees it.",
+                                  LATENCY_BUCKETS)
+
+
+class Telemetry:
+    """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
+
+    __slots__ = ("target", "throttle", "metrics", "tracer", "_trace_api", "_context_api")
+
+    def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
+                 tracer_provider: Any = None) -> None:
+        self.target = canonical_target(target)
+        self.throttle = throttle
+        self.metrics: Optional[_Metrics] = None
+        self.tracer: Any = None
+        self._trace_api: Any = None
+        self._context_api: Any = None
+        try:
+            import opentelemetry.context as context
+            import opentelemetry.metrics as metrics
+            import opentelemetry.trace as trace
+        except ImportError:
+            return
+        if meter_provider is None:
+            meter_provider = metrics.get_meter_provider()
+        if _provider_set(meter_provider):
+            self.metrics = _Metrics(meter_provider)
+        if tracer_provider is None:
+            tracer_provider = trace.get_tracer_provider()
+        if _provider_set(tracer_provider):
+            self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
+            self._trace_api, self._context_api = trace, context
+
+    def observe(self, method: str, machine: CallMachine, addresses: List[str]) -> Optional[CallTelemetry]:
+        """The telemetry of a call starting now, or None when nothing would be exported."""
+        if self.metrics is None and self.tracer is None and not log.isEnabledFor(logging.DEBUG):
+            return None
+        machine.notes = []
+        return CallTelemetry(self, method, machine, addresses)
+
+
+class CallTelemetry:
+    """One logical call's trace lines, span and metrics, from its machine's notes."""
+
+    __slots__ = ("_channel", "_method", "_machine", "_addresses", "_id", "_started", "_span", "_attempt_spans",
+                 "_where", "_codes", "_ended")
+
+    def __init__(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str]) -> None:
+        self._channel = channel
+        self._method = method
+        self._machine = machine
+        self._addresses = addresses   # the subchannels' list: index -> "host:port", grows, never reorders
+        self._id = next(_call_ids)
+        self._started = time.perf_counter()
+        self._where: Dict[int, str] = {}   # attempt -> its backend
+        self._codes: Dict[int, int] = {}   # attempt -> its status code
+        self._ended = False
+        self._span: Any = None
+        self._attempt_spans: Dict[int, Any] = {}
+        if channel.tracer is not None:
+            service, _, name = method.lstrip("/").partition("/")
+            self._span = channel.tracer.start_span(
+                method.lstrip("/"), kind=channel._trace_api.SpanKind.CLIENT,
+                attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
+                            "grpc.target": channel.target})
+
+    # -- the attempts' context ---------------------------------------------------------------------------
+
+    def enter_attempt(self, n: int) -> Any:
+        """Make attempt n's span current while its grpcio call is made (what that call does in the caller's
+        context belongs to the attempt); returns the token for leave_attempt."""
+        span = self._attempt_spans.get(n)
+        if span is None:
+            return None
+        api = self._channel
+        return api._context_api.attach(api._trace_api.set_span_in_context(span))
+
+    def leave_attempt(self, token: Any) -> None:
+        if token is not None:
+            self._channel._context_api.detach(token)
+
+    # -- notes ---------------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Export the notes the machine has taken since the last flush."""
+        machine = self._machine
+        notes = machine.notes
+        if not notes:
+            return
+        machine.notes = []
+        tracing = log.isEnabledFor(logging.DEBUG)
+        i = 0
+        while i < len(notes):
+            note = notes[i]
+            kind = note[0]
+            if kind == NOTE_STATUS:
+                # An attempt's end and the decision it led to: one line.
+                decision = notes[i + 1] if i + 1 < len(notes) and notes[i + 1][0] in _DECISIONS else None
+                self._status(note, decision, tracing)
+                i += 2 if decision is not None else 1
+                continue
+            if kind == NOTE_START:
+                self._start(note, tracing)
+            elif kind == NOTE_COMMIT:
+                self._commit(note, tracing)
+            elif kind == NOTE_END:
+                self._end(note, tracing)
+            else:
+                self._decision(None, note, tracing)
+            i += 1
+
+    def _prefix(self, n: int) -> str:
+        return f"call {self._id} {self._method} attempt {n + 1} on {self._where.get(n, '?')}"
+
+    def _start(self, note: Tuple[Any, ...], tracing: bool) -> None:
+        _, n, address, previous, why, after = note
+        where = self._addresses[address] if 0 <= address < len(self._addresses) else "?"
+        if where.startswith(("ipv4:", "ipv6:")):
+            where = where[5:]
+        self._where[n] = where
+        if self._span is not None:  # each attempt's span, a child of the call's
+            api = self._channel
+            self._attempt_spans[n] = api.tracer.start_span(
+                f"attempt {n + 1}", context=api._trace_api.set_span_in_context(self._span),
+                kind=api._trace_api.SpanKind.CLIENT,
+                attributes={"grpc_retry.attempt": n + 1, "grpc_retry.attempt_type": _TYPES[why],
+                            "grpc_retry.previous_attempts": previous, "server.address": where})
+        if why in _WHY:
+            text = f"{_WHY[why]} {n + 1} on {where}" + (f" after {after * 1000:.0f} ms" if why == HEDGE else "")
+            if tracing:
+                log.debug("call %d %s → %s", self._id, self._method, text)
+            self._event(_WHY[why], {"attempt": n + 1, "backend": where, "previous_attempts": previous})
+        elif tracing:
+            log.debug("call %d %s attempt 1 on %s", self._id, self._method, where)
+
+    def _status(self, note: Tuple[Any, ...], decision: Optional[Tuple[Any, ...]], tracing: bool) -> None:
+        _, n, code = note
+        self._codes[n] = code
+        name = _CODE_NAMES.get(code, str(code))
+        self._end_attempt_span(n, name, code)
+        self._event("attempt ended", {"attempt": n + 1, "grpc.status": name})
+        what = self._decision(n, decision, False) if decision is not None else None
+        if tracing:
+            log.debug("%s: %s%s", self._prefix(n), name, f" → {what}" if what else "")
+
+    def _decision(self, n: Optional[int], note: Optional[Tuple[Any, ...]], tracing: bool) -> Optional[str]:
+        """The words of a decision (and its span event); logged here when it came with no attempt's status."""
+        if note is None:
+            return None
+        kind = note[0]
+        if kind == NOTE_BACKOFF:
+            _, _, delay, number, limit = note
+            text = f"retry in {delay * 1000:.0f} ms ({number} of {limit})"
+            self._event("retry scheduled", {"delay_ms": round(delay * 1000, 3), "attempt": number})
+        elif kind == NOTE_HEDGE_NOW:
+            text = "next hedge now"
+            self._event("hedge brought forward", {})
+        elif kind == NOTE_TRANSPARENT:
+            text = "transparent retry (" + ("refused by the server" if note[2] == REFUSED else "never sent") + ")"
+            self._event("transparent retry", {"attempt": note[1] + 1})
+        elif kind == NOTE_STOP:
+            _, reason, value = note
+            name = REASONS[reason]
+            text = "stop: " + _STOPS.get(name, name)
+            throttle = self._channel.throttle
+            if name == "throttled" and throttle is not None:
+                text += f" (tokens {value:.1f} ≤ {throttle.max_milli_tokens / 2000:g})"
+            self._event(_STOPS.get(name, name), {} if value < 0 else {"tokens": value})
+        else:
+            return None
+        if tracing:
+            log.debug("call %d %s → %s", self._id, self._method, text)
+        return text
+
+    def _commit(self, note: Tuple[Any, ...], tracing: bool) -> None:
+        _, n, cause = note
+        why = "replay buffer full" if cause == COMMIT_OVERFLOW else "answered"
+        if tracing:
+            log.debug("%s: committed (%s)", self._prefix(n), why)
+        self._event("committed", {"attempt": n + 1, "cause": why})
+
+    def _end(self, note: Tuple[Any, ...], tracing: bool) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        _, reason, code, n = note
+        machine = self._machine
+        if code < 0:  # delivered: attempt n's status
+            code = self._codes.get(n, 0)
+        name = _CODE_NAMES.get(code, str(code))
+        duration = time.perf_counter() - self._started
+        retries, hedges = machine.retries, machine.hedges
+        transparent = machine.transparent_retries
+        why = REASONS[reason]
+        if tracing:
+            log.debug("call %d %s ended %s: %s after %d attempt%s (%.1f ms)", self._id, self._method, name, why,
+                      machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
+        metrics = self._channel.metrics
+        if metrics is not None:
+            labels = {"grpc.method": self._method.lstrip("/"), "grpc.target": self._channel.target}
+            if retries:
+                metrics.retries.record(retries, labels)
+            if hedges:
+                metrics.hedges.record(hedges, labels)
+            if transparent:
+                metrics.transparent.record(transparent, labels)
+            metrics.retry_delay.record(machine.idle_time, labels)
+            metrics.duration.record(duration, {**labels, "grpc.status": name})
+        span = self._span
+        if span is not None:
+            span.set_attributes({"grpc_retry.attempts": machine.attempts, "grpc_retry.retries": retries,
+                                 "grpc_retry.hedges": hedges, "grpc_retry.transparent_retries": transparent,
+                                 "grpc_retry.reason": why, "rpc.grpc.status_code": code})
+            for n in list(self._attempt_spans):  # attempts the call cancelled (losing hedges, at its end)
+                self._end_attempt_span(n, "CANCELLED", 1)
+            if code != 0:
+                span.set_status(self._channel._trace_api.Status(self._channel._trace_api.StatusCode.ERROR, name))
+            span.end()
+
+    def _end_attempt_span(self, n: int, name: str, code: int) -> None:
+        span = self._attempt_spans.pop(n, None)
+        if span is not None:
+            span.set_attribute("rpc.grpc.status_code", code)
+            if code != 0:
+                span.set_status(self._channel._trace_api.Status(self._channel._trace_api.StatusCode.ERROR, name))
+            span.end()
+
+    def _event(self, name: str, attributes: Dict[str, Any]) -> None:
+        if self._span is not None:
+            self._span.add_event(name, attributes)

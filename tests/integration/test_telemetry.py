@@ -1,0 +1,258 @@
+"""What the retries did, seen from outside: statistics, OpenTelemetry metrics and spans, the trace log — for known
+sequences of calls on real backends, every counter, bucket and point asserted exactly.
+
+The retry sequence is grpc-go's TestRetryUnary: one backend answers the n-th attempt it sees with OK (0, 2, 5),
+INTERNAL (6, 8, 11: not retryable) or ALREADY_EXISTS (every other: retryable), under maxAttempts 4."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import grpc
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.backend import UNARY, Backend, Step, fail
+from support.clients import ECHO_SERVICE
+
+import grpc_retry
+import grpc_retry.aio
+from grpc_retry._telemetry import COUNT_BUCKETS, LATENCY_BUCKETS
+
+OK = grpc.StatusCode.OK
+AE = grpc.StatusCode.ALREADY_EXISTS
+INTERNAL = grpc.StatusCode.INTERNAL
+METHOD = UNARY.lstrip("/")
+
+
+def go_retry_config() -> str:
+    policy = {"maxAttempts": 4, "initialBackoff": ".01s", "maxBackoff": ".01s", "backoffMultiplier": 1.0,
+              "retryableStatusCodes": ["ALREADY_EXISTS"]}
+    return json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "waitForReady": True,
+                                         "retryPolicy": policy}]})
+
+
+def go_sequence(backend: Backend) -> None:
+    steps = []
+    for i in range(16):
+        if i in (0, 2, 5):
+            steps.append(Step())
+        elif i in (6, 8, 11):
+            steps.append(fail(INTERNAL, "non-retryable error"))
+        else:
+            steps.append(fail(AE, "retryable error"))
+    backend.script(UNARY, *steps)
+
+
+# (status the application gets, attempts the backend saw in total after the call): grpc-go's expectations
+GO_CALLS = [(OK, 1), (OK, 3), (OK, 6), (INTERNAL, 7), (INTERNAL, 9), (INTERNAL, 12), (AE, 16)]
+
+
+def telemetry() -> tuple[Any, InMemoryMetricReader, InMemorySpanExporter, List[tuple[str, Any]]]:
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    options = [("grpc_retry.meter_provider", MeterProvider(metric_readers=[reader])),
+               ("grpc_retry.tracer_provider", tracer_provider)]
+    return tracer_provider, reader, exporter, options
+
+
+def points(reader: InMemoryMetricReader) -> Dict[str, List[Any]]:
+    out: Dict[str, List[Any]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+def test_go_retry_unary_sequence_counts_statistics_metrics_and_spans(backend: Backend) -> None:
+    go_sequence(backend)
+    _, reader, exporter, extra = telemetry()
+    with grpc_retry.insecure_channel(backend.target, options=[("grpc.service_config", go_retry_config()),
+                                                              *extra]) as channel:
+        method = channel.unary_unary(UNARY)
+        for code, seen in GO_CALLS:
+            try:
+                method(b"x", timeout=10)
+                got = OK
+            except grpc.RpcError as error:
+                got = error.code()
+            assert (got, len(backend.attempts_of(UNARY))) == (code, seen)
+        stats = channel.retry_stats()[UNARY]
+
+    assert stats == grpc_retry.MethodStats(
+        calls=7, attempts=16, retries=9, hedges=0, retry_attempts=9, retry_attempts_failed=7, transparent_retries=0,
+        committed_by_overflow=0, stopped_by_throttling=0, stopped_by_pushback=0, stopped_by_attempt_limit=1,
+        histogram=stats.histogram)
+    assert dict(stats.histogram) == {">=1": 5, ">=2": 3, ">=3": 1, ">=4": 0, ">=5": 0, ">=10": 0, ">=100": 0,
+                                     ">=1000": 0}
+
+    by_name = points(reader)
+    labels = {"grpc.method": METHOD, "grpc.target": f"dns:///{backend.target}"}
+    (retries,) = by_name["grpc.client.call.retries"]  # recorded for the five calls that retried, never a 0
+    assert dict(retries.attributes) == labels
+    assert (retries.count, retries.sum) == (5, 9)
+    assert list(retries.explicit_bounds) == list(COUNT_BUCKETS)
+    assert list(retries.bucket_counts) == [2, 2, 1, 0, 0, 0]  # 1, 1 | 2, 2 | 3
+    assert "grpc.client.call.hedges" not in by_name and "grpc.client.call.transparent_retries" not in by_name
+    (delay,) = by_name["grpc.client.call.retry_delay"]
+    assert delay.count == 7 and 0 < delay.sum < 2 and list(delay.explicit_bounds) == list(LATENCY_BUCKETS)
+    durations = {dict(p.attributes)["grpc.status"]: p.count for p in by_name["grpc.client.call.duration"]}
+    assert durations == {"OK": 3, "INTERNAL": 3, "ALREADY_EXISTS": 1}
+    for p in by_name["grpc.client.call.duration"]:
+        assert {k: v for k, v in dict(p.attributes).items() if k != "grpc.status"} == labels
+
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.name == METHOD]
+    attempts = [s for s in spans if s.name.startswith("attempt ")]
+    assert len(calls) == 7 and len(attempts) == 16
+    assert [s.attributes["grpc_retry.attempts"] for s in calls] == [1, 2, 3, 1, 2, 3, 4]
+    assert [s.attributes["grpc_retry.reason"] for s in calls] == [
+        "ok", "ok", "ok", "fatal_status", "fatal_status", "fatal_status", "attempts_exhausted"]
+    for call in calls:
+        children = [a for a in attempts if a.parent is not None and a.parent.span_id == call.context.span_id]
+        assert len(children) == call.attributes["grpc_retry.attempts"]
+        assert all(a.context.trace_id == call.context.trace_id for a in children)
+    last = calls[-1]
+    assert last.attributes["rpc.grpc.status_code"] == AE.value[0] and not last.status.is_ok
+    assert [e.name for e in last.events] == [
+        "attempt ended", "retry scheduled", "retry", "attempt ended", "retry scheduled", "retry", "attempt ended",
+        "retry scheduled", "retry", "attempt ended"]
+
+
+async def test_hedged_sequence_counts_hedges(backends: List[Backend]) -> None:
+    """Call 1: backends 0 and 1 hold, backend 2 answers: two hedges. Call 2: backend 0 answers at once."""
+    for b in backends[:2]:
+        b.script(UNARY, Step(wait=0))
+    _, reader, exporter, extra = telemetry()
+    policy = {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+    config = json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "hedgingPolicy": policy}]})
+    target = "ipv4:" + ",".join(b.target for b in backends)
+    async with grpc_retry.aio.insecure_channel(target, options=[("grpc.service_config", config), *extra]) as ch:
+        assert await ch.unary_unary(UNARY)(b"x", timeout=10) == b"x"
+        backends[0].script(UNARY, Step())
+        assert await ch.unary_unary(UNARY)(b"y", timeout=10) == b"y"
+        stats = ch.retry_stats()[UNARY]
+    assert (stats.calls, stats.attempts, stats.hedges, stats.retries, stats.retry_attempts) == (2, 4, 2, 0, 2)
+    by_name = points(reader)
+    (hedges,) = by_name["grpc.client.call.hedges"]
+    assert (hedges.count, hedges.sum, list(hedges.bucket_counts)) == (1, 2, [0, 1, 0, 0, 0, 0])
+    assert "grpc.client.call.retries" not in by_name
+    assert sum(p.count for p in by_name["grpc.client.call.duration"]) == 2
+    calls = [s for s in exporter.get_finished_spans() if s.name == METHOD]
+    assert [s.attributes["grpc_retry.hedges"] for s in calls] == [2, 0]
+    names = [e.name for e in calls[0].events]
+    assert names.count("hedge") == 2 and "committed" in names
+    attempts = [s for s in exporter.get_finished_spans() if s.name.startswith("attempt ")]
+    assert sorted(s.attributes["grpc_retry.attempt_type"] for s in attempts) == [
+        "hedge", "hedge", "original", "original"]
+    losers = [s for s in attempts if s.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]]
+    assert len(losers) == 2
+
+
+def test_trace_log_says_what_was_decided_and_why(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    backend.script(UNARY, fail(AE, "retryable error"), fail(AE, "retryable error"), Step())
+    caplog.set_level(logging.DEBUG, logger="grpc_retry")
+    with grpc_retry.insecure_channel(backend.target, options=[("grpc.service_config", go_retry_config())]) as ch:
+        ch.unary_unary(UNARY)(b"x", timeout=10)
+        ch.unary_unary(UNARY)(b"x", timeout=10)
+    lines = [r.getMessage() for r in caplog.records if r.name == "grpc_retry"]
+    first = int(lines[0].split()[1])
+    where = backend.target
+    assert lines[:8] == [
+        f"call {first} {UNARY} attempt 1 on {where}",
+        f"call {first} {UNARY} attempt 1 on {where}: ALREADY_EXISTS → retry in {_ms(lines[1])} ms (2 of 4)",
+        f"call {first} {UNARY} → retry 2 on {where}",
+        f"call {first} {UNARY} attempt 2 on {where}: ALREADY_EXISTS → retry in {_ms(lines[3])} ms (3 of 4)",
+        f"call {first} {UNARY} → retry 3 on {where}",
+        f"call {first} {UNARY} attempt 3 on {where}: OK",
+        lines[6],
+        f"call {first + 1} {UNARY} attempt 1 on {where}",
+    ]
+    assert lines[6].startswith(f"call {first} {UNARY} ended OK: ok after 3 attempts (")
+    assert 0 <= int(_ms(lines[1])) <= 10
+
+
+def _ms(line: str) -> str:
+    return line.split("retry in ")[1].split(" ms")[0]
+
+
+def test_trace_log_names_throttling_and_pushback(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    policy = {"maxAttempts": 4, "initialBackoff": ".01s", "maxBackoff": ".01s", "backoffMultiplier": 1.0,
+              "retryableStatusCodes": ["UNAVAILABLE"]}
+    config = json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "retryPolicy": policy}],
+                         "retryThrottling": {"maxTokens": 2, "tokenRatio": 0.1}})
+    caplog.set_level(logging.DEBUG, logger="grpc_retry")
+    backend.script(UNARY, *[fail()] * 8)
+    # A throttle of its own: the channel's target is unique to this backend's port.
+    with grpc_retry.insecure_channel(backend.target, options=[("grpc.service_config", config)]) as ch:
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError):
+                ch.unary_unary(UNARY)(b"x", timeout=10)
+        stats = ch.retry_stats()[UNARY]
+        throttle = ch.throttle
+    assert throttle is not None and (throttle.max_tokens, throttle.threshold, throttle.token_ratio) == (2, 1, 0.1)
+    # Each call's first failure takes a token (2 -> 1 -> 0), leaving no more than the threshold: no retry.
+    assert throttle.tokens == 0 and not throttle.retrying
+    assert (stats.calls, stats.attempts, stats.stopped_by_throttling) == (2, 2, 2)
+    stops = [r.getMessage() for r in caplog.records if "stop: throttled" in r.getMessage()]
+    assert [line.split(": ", 1)[1] for line in stops] == [
+        "UNAVAILABLE → stop: throttled (tokens 1.0 ≤ 1)", "UNAVAILABLE → stop: throttled (tokens 0.0 ≤ 1)"]
+
+
+def test_grpc_retry_trace_turns_the_log_on_without_code(backend: Backend, tmp_path: Any) -> None:
+    backend.script(UNARY, fail(AE, "retryable error"))
+    script = (
+        "import sys, grpc_retry\n"
+        f"ch = grpc_retry.insecure_channel({backend.target!r}, options=[('grpc.service_config', {go_retry_config()!r})])\n"
+        f"ch.unary_unary({UNARY!r})(b'x', timeout=10)\n"
+        "ch.close()\n"
+    )
+    env = {**os.environ, "GRPC_RETRY_TRACE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=tmp_path)  # not the source tree, whose grpc_retry has no compiled core
+    assert done.returncode == 0, done.stderr
+    trace = [line for line in done.stderr.splitlines() if " grpc_retry call " in line]
+    assert len(trace) == 5, done.stderr
+    assert "ALREADY_EXISTS → retry in" in trace[1] and trace[-1].split(" grpc_retry ")[1].startswith("call 1 ")
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                           env={k: v for k, v in os.environ.items() if k != "GRPC_RETRY_TRACE"})
+    assert quiet.returncode == 0 and " grpc_retry call " not in quiet.stderr
+
+
+def test_nothing_is_observed_when_nothing_is_on(backend: Backend) -> None:
+    """No provider, no DEBUG: calls take no notes (the machine spends one test per decision on it)."""
+    with grpc_retry.insecure_channel(backend.target) as ch:
+        assert ch._state.telemetry.metrics is None and ch._state.telemetry.tracer is None
+        method = ch.unary_unary(UNARY)
+        assert method.observe(method._machine(None, None, True)) is None
+
+
+def test_a_provider_option_that_is_not_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="grpc_retry.meter_provider: must be an OpenTelemetry provider"):
+        grpc_retry.insecure_channel("localhost:1", options=[("grpc_retry.meter_provider", object())])
+
+
+async def test_aio_throttle_is_shared_by_the_channels_of_a_target(backend: Backend) -> None:
+    config = json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "retryPolicy": {
+        "maxAttempts": 2, "initialBackoff": ".01s", "maxBackoff": ".01s", "backoffMultiplier": 1,
+        "retryableStatusCodes": ["UNAVAILABLE"]}}], "retryThrottling": {"maxTokens": 10, "tokenRatio": 1}})
+    backend.script(UNARY, fail(), fail())
+    async with grpc_retry.aio.insecure_channel(backend.target, options=[("grpc.service_config", config)]) as a, \
+            grpc_retry.aio.insecure_channel(backend.target, options=[("grpc.service_config", config)]) as b:
+        with pytest.raises(grpc.aio.AioRpcError):
+            await a.unary_unary(UNARY)(b"x", timeout=10)
+        assert a.throttle == b.throttle and a.throttle is not None and a.throttle.tokens == 8
+    await asyncio.sleep(0)
