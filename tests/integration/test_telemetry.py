@@ -216,7 +216,8 @@ def test_grpc_retry_trace_turns_the_log_on_without_code(backend: Backend, tmp_pa
     backend.script(UNARY, fail(AE, "retryable error"))
     script = (
         "import sys, grpc_retry\n"
-        f"ch = grpc_retry.insecure_channel({backend.target!r}, options=[('grpc.service_config', {go_retry_config()!r})])\n"
+        f"config = {go_retry_config()!r}\n"
+        f"ch = grpc_retry.insecure_channel({backend.target!r}, options=[('grpc.service_config', config)])\n"
         f"ch.unary_unary({UNARY!r})(b'x', timeout=10)\n"
         "ch.close()\n"
     )

@@ -13,7 +13,7 @@ grpc_retry.aio.insecure_channel("localhost:50051", interceptors=3)  # E: interce
 channel = grpc_retry.insecure_channel("localhost:50051")
 stats = channel.retry_stats()
 attempts: str = stats["/pkg.Service/Method"].retry_attempts  # E: a count is an int
-stats["/pkg.Service/Method"].tries  # E: no such statistic
+tries = stats["/pkg.Service/Method"].tries  # E: no such statistic
 stats["/pkg.Service/Method"] = stats["/pkg.Service/Method"]  # E: a snapshot cannot be changed
 tokens: int = channel.throttle_tokens  # E: tokens are Optional[float]
 with grpc_retry.insecure_channel("localhost:50051") as ch:
