@@ -4,7 +4,10 @@ numbers of calls in flight.
 
 Points: aio unary, aio server-streaming (5 messages), sync unary (a thread per call in flight), each with a retry
 policy; and a hedged unary call (hedgingDelay 1 s, so the first attempt always answers first) against plain
-grpcio unary with the same config (grpcio ignores hedgingPolicy).
+grpcio unary with the same config (grpcio ignores hedgingPolicy). With opentelemetry-sdk installed, the unary
+points again with an OpenTelemetry SDK meter provider and tracer provider on grpc_retry's channel
+(`*_otel`: every call recorded and traced, spans batched to an exporter that drops them); the other points have
+telemetry off, as by default.
 
 Prints one JSON object as its last line. Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16]
 """
@@ -123,6 +126,26 @@ def _aio_runner(loop: asyncio.AbstractEventLoop, one, calls: int, inflight: int)
     return lambda: loop.run_until_complete(all_workers())
 
 
+def otel_options() -> list:
+    """Channel options that turn grpc_retry's metrics and spans on with OpenTelemetry's SDK ([] without it)."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    except ImportError:
+        return []
+
+    class Drop(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return [("grpc_retry.meter_provider", MeterProvider(metric_readers=[InMemoryMetricReader()])),
+            ("grpc_retry.tracer_provider", tracer_provider)]
+
+
 def _aio_points(target: str, calls: int, rounds: int, inflights: List[int]) -> dict:
     import grpc_retry.aio
 
@@ -130,21 +153,27 @@ def _aio_points(target: str, calls: int, rounds: int, inflights: List[int]) -> d
     asyncio.set_event_loop(loop)
     results = {}
 
-    async def channels(config: str):
+    async def channels(config: str, extra: list = ()):
         options = [("grpc.service_config", config)]
-        return grpc.aio.insecure_channel(target, options=options), grpc_retry.aio.insecure_channel(target, options)
+        return (grpc.aio.insecure_channel(target, options=options),
+                grpc_retry.aio.insecure_channel(target, options + list(extra)))
 
     retry_plain, retry_ours = loop.run_until_complete(channels(RETRY_CONFIG))
     hedge_plain, hedge_ours = loop.run_until_complete(channels(HEDGING_CONFIG))
-    for name, plain, ours, kind in (("aio_unary", retry_plain, retry_ours, "unary"),
-                                    ("aio_server_stream", retry_plain, retry_ours, "stream"),
-                                    ("aio_hedged_unary", hedge_plain, hedge_ours, "unary")):
+    points = [("aio_unary", retry_plain, retry_ours, "unary"),
+              ("aio_server_stream", retry_plain, retry_ours, "stream"),
+              ("aio_hedged_unary", hedge_plain, hedge_ours, "unary")]
+    otel = otel_options()
+    if otel:
+        points.append(("aio_unary_otel", retry_plain, loop.run_until_complete(channels(RETRY_CONFIG, otel))[1],
+                       "unary"))
+    for name, plain, ours, kind in points:
         results[name] = {}
         for inflight in inflights:
             results[name][str(inflight)] = _alternate(
                 _aio_runner(loop, _aio_one(plain, kind), calls, inflight),
                 _aio_runner(loop, _aio_one(ours, kind), calls, inflight), calls, rounds)
-    for channel in (retry_plain, retry_ours, hedge_plain, hedge_ours):
+    for channel in {id(c): c for point in points for c in point[1:3]}.values():
         loop.run_until_complete(channel.close())
     loop.close()
     return results
@@ -175,14 +204,19 @@ def _sync_points(target: str, calls: int, rounds: int, inflights: List[int]) -> 
 
     options = [("grpc.service_config", RETRY_CONFIG)]
     plain = grpc.insecure_channel(target, options=options)
-    ours = grpc_retry.insecure_channel(target, options=options)
-    results = {"sync_unary": {}}
-    for inflight in inflights:
-        results["sync_unary"][str(inflight)] = _alternate(
-            _sync_runner(plain.unary_unary(UNARY), calls, inflight),
-            _sync_runner(ours.unary_unary(UNARY), calls, inflight), calls, rounds)
+    points = {"sync_unary": grpc_retry.insecure_channel(target, options=options)}
+    otel = otel_options()
+    if otel:
+        points["sync_unary_otel"] = grpc_retry.insecure_channel(target, options=options + otel)
+    results: dict = {}
+    for name, ours in points.items():
+        results[name] = {}
+        for inflight in inflights:
+            results[name][str(inflight)] = _alternate(
+                _sync_runner(plain.unary_unary(UNARY), calls, inflight),
+                _sync_runner(ours.unary_unary(UNARY), calls, inflight), calls, rounds)
+        ours.close()
     plain.close()
-    ours.close()
     return results
 
 
