@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support.backend import UNARY, Backend, Step, fail
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
 from support.clients import ECHO_SERVICE
 
 import grpc_retry
@@ -257,3 +257,49 @@ async def test_aio_throttle_is_shared_by_the_channels_of_a_target(backend: Backe
             await a.unary_unary(UNARY)(b"x", timeout=10)
         assert a.throttle == b.throttle and a.throttle is not None and a.throttle.tokens == 8
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("kind", ["server_stream", "client_stream", "bidi"])
+def test_every_call_shape_is_observed_on_both_apis(client: Any, backend: Backend, kind: str) -> None:
+    """A streaming call that fails once before its first response, then succeeds: one retry, one call."""
+    method = {"server_stream": SERVER_STREAM, "client_stream": CLIENT_STREAM, "bidi": BIDI}[kind]
+    backend.script(method, fail(AE, "retryable error"), Step())
+    _, reader, exporter, extra = telemetry()
+    ch = client.channel(backend.target, [("grpc.service_config", go_retry_config()), *extra])
+    out = ch.server_stream(method, b"x") if kind == "server_stream" else getattr(ch, kind)(method, [b"a", b"b"])
+    assert out.code == OK
+    by_name = points(reader)
+    (retries,) = by_name["grpc.client.call.retries"]
+    assert (retries.count, retries.sum) == (1, 1)
+    (duration,) = by_name["grpc.client.call.duration"]
+    assert duration.count == 1 and dict(duration.attributes)["grpc.status"] == "OK"
+    spans = exporter.get_finished_spans()
+    assert sorted(s.name for s in spans) == ["attempt 1", "attempt 2", method.lstrip("/")]
+
+
+def test_a_global_provider_set_before_the_channel_is_used(backend: Backend, tmp_path: Any) -> None:
+    """In a process of its own: OpenTelemetry's global providers can be set once per process."""
+    backend.script(UNARY, fail(AE, "retryable error"))
+    script = (
+        "from opentelemetry import metrics, trace\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()\n"
+        "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
+        "tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(exporter)); trace.set_tracer_provider(tp)\n"
+        "import grpc_retry\n"
+        f"config = {go_retry_config()!r}\n"
+        f"with grpc_retry.insecure_channel({backend.target!r}, options=[('grpc.service_config', config)]) as ch:\n"
+        f"    ch.unary_unary({UNARY!r})(b'x', timeout=10)\n"
+        "names = sorted(m.name for r in reader.get_metrics_data().resource_metrics for s in r.scope_metrics\n"
+        "               for m in s.metrics)\n"
+        "import json; print(json.dumps([names, sorted(s.name for s in exporter.get_finished_spans())]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        ["grpc.client.call.duration", "grpc.client.call.retries", "grpc.client.call.retry_delay"],
+        ["attempt 1", "attempt 2", METHOD]]
