@@ -30,9 +30,9 @@ from typing import (
 )
 
 import grpc
-from grpc import aio
 from grpc.aio import AioRpcError, Metadata
 
+from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
@@ -43,15 +43,6 @@ _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
 # (grpc.aio can resolve the first a loop turn before the second). Silence this long after them means real ones.
 HEADERS_GRACE = 0.05
-if TYPE_CHECKING:  # grpc's stubs make these generic; grpc.aio's classes are not
-    _UnaryUnaryCall = aio.UnaryUnaryCall[Any, Any]
-    _UnaryStreamCall = aio.UnaryStreamCall[Any, Any]
-    _StreamUnaryCall = aio.StreamUnaryCall[Any, Any]
-    _StreamStreamCall = aio.StreamStreamCall[Any, Any]
-else:
-    _UnaryUnaryCall, _UnaryStreamCall = aio.UnaryUnaryCall, aio.UnaryStreamCall
-    _StreamUnaryCall, _StreamStreamCall = aio.StreamUnaryCall, aio.StreamStreamCall
-
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
 # grpc.aio's words
@@ -686,17 +677,17 @@ class _UnaryRequest(_Call):
             self._begin()
 
 
-class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, _UnaryUnaryCall):
+class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, bases.AioUnaryUnaryCall):
     __slots__ = ()
 
 
-class UnaryStreamCall(_UnaryRequest, _StreamResponse, _UnaryStreamCall):
+class UnaryStreamCall(_UnaryRequest, _StreamResponse, bases.AioUnaryStreamCall):
     __slots__ = ()
 
 
-class StreamUnaryCall(_StreamRequest, _UnaryResponse, _StreamUnaryCall):
+class StreamUnaryCall(_StreamRequest, _UnaryResponse, bases.AioStreamUnaryCall):
     __slots__ = _STREAM_REQUEST_SLOTS
 
 
-class StreamStreamCall(_StreamRequest, _StreamResponse, _StreamStreamCall):
+class StreamStreamCall(_StreamRequest, _StreamResponse, bases.AioStreamStreamCall):
     __slots__ = _STREAM_REQUEST_SLOTS

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import math
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
+from typing import Any, Dict, List, Optional, Sequence, Type
 
 import grpc
 from grpc import aio
@@ -18,6 +18,7 @@ from grpc.aio import (
     UnaryUnaryClientInterceptor,
 )
 
+from grpc_retry import _bases as bases
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
@@ -26,15 +27,6 @@ from grpc_retry._subchannels import AioSubchannels
 from grpc_retry.aio import _call
 
 log = logging.getLogger("grpc_retry")
-
-if TYPE_CHECKING:  # grpc's stubs make these generic; grpcio's classes are not
-    _UnaryUnary = aio.UnaryUnaryMultiCallable[Any, Any]
-    _UnaryStream = aio.UnaryStreamMultiCallable[Any, Any]
-    _StreamUnary = aio.StreamUnaryMultiCallable[Any, Any]
-    _StreamStream = aio.StreamStreamMultiCallable[Any, Any]
-else:
-    _UnaryUnary, _UnaryStream = aio.UnaryUnaryMultiCallable, aio.UnaryStreamMultiCallable
-    _StreamUnary, _StreamStream = aio.StreamUnaryMultiCallable, aio.StreamStreamMultiCallable
 
 _INF = math.inf
 
@@ -50,7 +42,7 @@ class _MultiCallable(Method):
         self._interceptors = interceptors
 
 
-class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
+class UnaryUnaryMultiCallable(_MultiCallable, bases.AioUnaryUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, *, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -67,7 +59,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
                                     metadata, credentials, wait_for_ready, compression)
 
 
-class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
+class UnaryStreamMultiCallable(_MultiCallable, bases.AioUnaryStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, *, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -84,7 +76,7 @@ class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
                                      metadata, credentials, wait_for_ready, compression)
 
 
-class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
+class StreamUnaryMultiCallable(_MultiCallable, bases.AioStreamUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -101,7 +93,7 @@ class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
                                      self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
-class StreamStreamMultiCallable(_MultiCallable, _StreamStream):
+class StreamStreamMultiCallable(_MultiCallable, bases.AioStreamStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,

@@ -7,10 +7,11 @@ import math
 import threading
 from time import monotonic
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Type
+from typing import Any, Callable, Iterator, List, Optional, Type
 
 import grpc
 
+from grpc_retry import _bases as bases
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
@@ -19,15 +20,6 @@ from grpc_retry._subchannels import SyncSubchannels
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._status import local_error
 from grpc_retry.sync._workers import Workers
-
-if TYPE_CHECKING:  # grpc's stubs make these generic; grpcio's classes are not
-    _UnaryUnary = grpc.UnaryUnaryMultiCallable[Any, Any]
-    _UnaryStream = grpc.UnaryStreamMultiCallable[Any, Any]
-    _StreamUnary = grpc.StreamUnaryMultiCallable[Any, Any]
-    _StreamStream = grpc.StreamStreamMultiCallable[Any, Any]
-else:
-    _UnaryUnary, _UnaryStream = grpc.UnaryUnaryMultiCallable, grpc.UnaryStreamMultiCallable
-    _StreamUnary, _StreamStream = grpc.StreamUnaryMultiCallable, grpc.StreamStreamMultiCallable
 
 _INF = math.inf
 CLOSED_CHANNEL = "Cannot invoke RPC on closed channel!"  # grpcio's words
@@ -78,7 +70,7 @@ class _MultiCallable(Method):
         return (response, call) if with_call else response
 
 
-class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
+class UnaryUnaryMultiCallable(_MultiCallable, bases.UnaryUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -103,7 +95,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, _UnaryUnary):
         return self._call(data, None, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
+class UnaryStreamMultiCallable(_MultiCallable, bases.UnaryStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -113,7 +105,7 @@ class UnaryStreamMultiCallable(_MultiCallable, _UnaryStream):
                           compression)
 
 
-class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
+class StreamUnaryMultiCallable(_MultiCallable, bases.StreamUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
@@ -134,7 +126,7 @@ class StreamUnaryMultiCallable(_MultiCallable, _StreamUnary):
         return self._call(None, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class StreamStreamMultiCallable(_MultiCallable, _StreamStream):
+class StreamStreamMultiCallable(_MultiCallable, bases.StreamStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
