@@ -35,8 +35,8 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "subchannels", "calls", "attempt_streams", "unary_response")
 
-    def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Optional[Callable[[Any], bytes]],
-                 deserializer: Optional[Callable[[bytes], Any]], kind: str) -> None:
+    def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
+                 deserializer: Deserializer, kind: str) -> None:
         self._state = state
         self._method = method
         self._serializer = serializer
