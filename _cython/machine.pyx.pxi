@@ -360,6 +360,15 @@ cdef class CallMachine:
 
     # -- what the driver reads ----------------------------------------------------------------------------------
 
+    cpdef list take_notes(self):
+        """The notes taken since the last take, handed over in one step: a sync call's events may come on other
+        threads while its driver exports (the GIL is not released between the read and the swap)."""
+        cdef list notes = self.notes
+        if not notes:
+            return None
+        self.notes = []
+        return notes
+
     cpdef int previous(self, int n):
         """Attempt n's grpc-previous-rpc-attempts (the count the application's trailing metadata carries)."""
         return (<_Attempt>self._attempts[n]).previous

@@ -192,11 +192,9 @@ class CallTelemetry:
 
     def flush(self) -> None:
         """Export the notes the machine has taken since the last flush."""
-        machine = self._machine
-        notes = machine.notes
-        if not notes:
+        notes = self._machine.take_notes()
+        if notes is None:
             return
-        machine.notes = []
         tracing = log.isEnabledFor(logging.DEBUG)
         i = 0
         while i < len(notes):
