@@ -117,6 +117,3 @@ cdef class HedgingControl:
     @property
     def tokens(self):
         return self._tokens
-
-    def as_dict(self, double now):
-        return {"hedging_delay": self.delay(now), "hedges_not_sent_for_budget": self.budget_stopped}

@@ -213,7 +213,7 @@ class CallTelemetry:
             elif kind == NOTE_END:
                 self._end(note, tracing)
             else:
-                self._decision(None, note, tracing)
+                self._decision(note, tracing)
             i += 1
 
     def _prefix(self, n: int) -> str:
@@ -246,11 +246,11 @@ class CallTelemetry:
         name = _CODE_NAMES.get(code, str(code))
         self._end_attempt_span(n, name, code)
         self._event("attempt ended", {"attempt": n + 1, "grpc.status": name})
-        what = self._decision(n, decision, False) if decision is not None else None
+        what = self._decision(decision, False) if decision is not None else None
         if tracing:
             log.debug("%s: %s%s", self._prefix(n), name, f" → {what}" if what else "")
 
-    def _decision(self, n: Optional[int], note: Optional[Tuple[Any, ...]], tracing: bool) -> Optional[str]:
+    def _decision(self, note: Optional[Tuple[Any, ...]], tracing: bool) -> Optional[str]:
         """The words of a decision (and its span event); logged here when it came with no attempt's status."""
         if note is None:
             return None
