@@ -422,7 +422,7 @@ cdef class CallMachine:
                 for i in range(len(self._attempts)):  # the losers took at least this long (censored samples)
                     a = <_Attempt>self._attempts[i]
                     if a.live and i != n:
-                        hedge.record(now - a.started, now)
+                        hedge.record_censored(now - a.started, now)
             self._commit_to(n, out)
         return out
 

@@ -8,8 +8,9 @@ Attempts per call are counted by the servers.
 
 With --adaptive: at 1, 8 and 32 calls in flight, the unhedged p99, the fixed delay (tuned at one call in flight)
 and grpc_retry's adaptive hedging (grpc_retry.hedging_quantile 0.95, grpc_retry.max_extra_load 0.05, the same
-config delay as its floor); then, with 8 in flight, the servers' latency doubles and the run reports how long the
-adaptive delay takes to follow.
+config delay as its floor), each measured (4,000 calls) after half as many at the same concurrency, so that the
+adaptive delay is measured under the load it learned; then, with one call in flight, the servers' latency
+doubles and the run reports how long the adaptive delay takes to follow.
 
 Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C] [--adaptive]
 """
@@ -95,22 +96,30 @@ def summarize(latencies, attempts: int, calls: int):
     return stats, [x * 1000 for x in latencies]
 
 
-async def measure(channel, target: str, calls: int, concurrency: int):
+async def measure(channel, target: str, calls: int, concurrency: int, warmup: int = 0):
+    """Latencies of `calls` calls, `concurrency` at a time, after 100 one at a time (every connection up) and
+    `warmup` more at the same concurrency (an adaptive delay learns the load it is measured under)."""
     multicallable = channel.unary_unary(CALL)
-    for _ in range(100):  # warm up every connection
+    for _ in range(100):
         await multicallable(b"w", timeout=5)
-    await attempts_seen(target)
     latencies = []
-    queue = list(range(calls))
 
-    async def worker():
-        while queue:
-            queue.pop()
-            start = time.perf_counter()
-            await multicallable(b"x", timeout=5)
-            latencies.append(time.perf_counter() - start)
+    async def run(n: int) -> None:
+        queue = list(range(n))
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+        async def worker():
+            while queue:
+                queue.pop()
+                start = time.perf_counter()
+                await multicallable(b"x", timeout=5)
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    await run(warmup)
+    latencies.clear()
+    await attempts_seen(target)
+    await run(calls)
     return summarize(latencies, await attempts_seen(target), calls)
 
 
@@ -199,7 +208,7 @@ async def run_adaptive(calls: int) -> dict:
                                         ("adaptive", hedging, ADAPTIVE)):
                 channel = grpc_retry.aio.insecure_channel(
                     target, options=[("grpc.service_config", config(policy))] + extra)
-                row[name], _ = await measure(channel, target, calls, concurrency)
+                row[name], _ = await measure(channel, target, calls, concurrency, warmup=calls // 2)
                 if extra:
                     stats = channel.retry_stats()[CALL]
                     row[name]["delay_ms"] = round((stats.hedging_delay or 0.0) * 1000, 2)
@@ -216,8 +225,10 @@ async def run_adaptive(calls: int) -> dict:
 
 async def follow_step(target: str, hedging: dict) -> dict:
     """One call in flight (the servers' latency, not the client's queueing, makes the delay) through the adaptive
-    channel; after 10 s the servers' latency doubles. The delay settles (its median over the last 3 of 15 s):
-    how long after the step does it first cover 75% of the way from before to settled (its rise time)?"""
+    channel, against the servers at twice their usual latency (2 ms answers: a step of 1 ms would hardly show
+    above the client's own scatter); after 10 s their latency doubles again. The delay settles (its median 10 to
+    15 s after the step): how long after the step does its median over the last second first cover 75% of the way
+    from before (its median over the 2 s before) to settled (its rise time)?"""
     import grpc_retry.aio
 
     channel = grpc_retry.aio.insecure_channel(target, options=[("grpc.service_config", config(hedging))] + ADAPTIVE)
@@ -231,41 +242,50 @@ async def follow_step(target: str, hedging: dict) -> dict:
     def delay() -> float:
         return channel.retry_stats()[CALL].hedging_delay or 0.0
 
+    def median(values: list) -> float:
+        return sorted(values)[len(values) // 2]
+
+    async def scale(factor: bytes) -> None:  # the three servers share one process, and one scale
+        async with grpc.aio.insecure_channel(target.split(",")[0].replace("ipv4:", "")) as control:
+            await control.unary_unary(SCALE)(factor)
+
+    await scale(b"2")
     workers = [asyncio.ensure_future(worker())]
     try:
         await asyncio.sleep(8)
         samples = []
-        for _ in range(20):  # the delay before: its median over 2 s
+        for _ in range(20):
             await asyncio.sleep(0.1)
             samples.append(delay())
-        before = sorted(samples)[10]
-        # The three servers share one process, and one scale.
-        async with grpc.aio.insecure_channel(target.split(",")[0].replace("ipv4:", "")) as control:
-            await control.unary_unary(SCALE)(b"2")
+        before = median(samples)
+        await scale(b"4")
         changed = time.monotonic()
         seen = []
         while time.monotonic() - changed < 15:
             await asyncio.sleep(0.1)
             seen.append((time.monotonic() - changed, delay()))
-        settled = sorted(d for t, d in seen if t > 12)[len([t for t, _ in seen if t > 12]) // 2]
+        settled = median([d for t, d in seen if t >= 10])
         mark = before + 0.75 * (settled - before)
-        followed = next((t for t, d in seen if d >= mark), None)
+        followed = next((t for t, _ in seen if t >= 1 and median([d for u, d in seen if t - 1 <= u <= t]) >= mark),
+                        None)
         return {"delay_before_ms": round(before * 1000, 2), "delay_settled_ms": round(settled * 1000, 2),
                 "followed_within_s": None if followed is None else round(followed, 1)}
     finally:
         stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
         await channel.close()
+        await scale(b"1")
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, help="calls per row (default: 2,000; 4,000 with --adaptive)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="calls in flight (more, on a 2-core machine, measures queueing as much as the tail)")
     parser.add_argument("--adaptive", action="store_true",
                         help="fixed delay vs grpc_retry's adaptive hedging at 1, 8 and 32 in flight, and a step")
     args = parser.parse_args(argv)
+    args.calls = args.calls or (4000 if args.adaptive else 2000)
     result = asyncio.run(run_adaptive(args.calls) if args.adaptive else run(args.calls, args.concurrency))
     print(json.dumps(result))
     return result

@@ -36,7 +36,10 @@ PICK_FIRST: int
 ROUND_ROBIN: int
 BUCKET_ERROR: float
 DECAY: float
-MIN_SAMPLES: int
+KEEP: float
+MIN_SAMPLES: float
+MAX_SLACK: float
+OUTLIERS: float
 WINDOW_CALLS: float
 
 Action = Tuple[Any, ...]
@@ -66,10 +69,14 @@ class HedgingControl:
     quantile: float
     floor: float
     max_extra_load: float
+    decay: float
     budget_stopped: int
-    def __init__(self, floor: float, quantile: float = 0.0, max_extra_load: float = -1.0) -> None: ...
+    def __init__(self, floor: float, quantile: float = 0.0, max_extra_load: float = -1.0,
+                 decay: float = ...) -> None: ...
     def record(self, latency: float, now: float) -> None: ...
+    def record_censored(self, age: float, now: float) -> None: ...
     def estimate(self, now: float) -> float: ...
+    def histogram(self) -> Tuple[Dict[float, float], Dict[float, float]]: ...
     def delay(self, now: float) -> float: ...
     @property
     def tokens(self) -> float: ...
