@@ -48,7 +48,6 @@ cdef class HedgingControl:
     cdef readonly double quantile        # 0: the delay is the config's
     cdef readonly double floor           # the config's hedgingDelay
     cdef readonly double max_extra_load  # < 0: no budget
-    cdef readonly double decay           # seconds: a sample's weight falls by e in this long
     cdef readonly long budget_stopped    # hedges due but not sent for budget
     cdef double _answered[N_BUCKETS]     # attempts that answered, by latency
     cdef double _censored[N_BUCKETS]     # attempts cancelled for another's answer, by age
@@ -58,15 +57,12 @@ cdef class HedgingControl:
     cdef double _tokens
     cdef double _cap
 
-    def __init__(self, double floor, double quantile=0.0, double max_extra_load=-1.0, double decay=_DECAY):
+    def __init__(self, double floor, double quantile=0.0, double max_extra_load=-1.0):
         if not (0.0 <= quantile < 1.0):
             raise ValueError(f"quantile must be in [0, 1), got {quantile}")
-        if not decay > 0.0:
-            raise ValueError(f"decay must be > 0, got {decay}")
         self.floor = floor if floor > 0 else 0.0
         self.quantile = quantile
         self.max_extra_load = max_extra_load
-        self.decay = decay
         # The bucket holds a window's worth of hedges (at least one, so that a small share can ever pay for
         # one), and starts full: while the delay is still learning, the first calls may hedge.
         self._cap = 0.0 if max_extra_load <= 0 else max(1.0, max_extra_load * _WINDOW_CALLS)
@@ -93,7 +89,7 @@ cdef class HedgingControl:
         if now > self._last:
             if self._last != -INFINITY:
                 # Rather than fade every older sample, weigh the new one more: only ratios matter.
-                fade = exp((self._last - now) / self.decay)
+                fade = exp((self._last - now) / _DECAY)
                 self._weight /= fade if fade > 1.0 - 1.0 / _KEEP else 1.0 - 1.0 / _KEEP
                 if self._weight > 1e100:
                     for i in range(N_BUCKETS):

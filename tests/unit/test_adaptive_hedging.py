@@ -103,6 +103,8 @@ def test_censored_samples_count_at_their_age():
         else:
             control.record(fast(rng), i * 1e-4)
     assert control.estimate(0.1) >= 0.020 / (1 + TOLERANCE)  # left out, it would be ~2 ms
+    answered, censored = control.histogram()  # kept apart from the answers
+    assert max(answered) < 0.0021 and min(censored) > 0.017 and sum(censored.values()) > 0.1 * sum(answered.values())
 
 
 def test_a_hedge_cancelled_younger_than_the_delay_does_not_count():
