@@ -1,5 +1,7 @@
 """Adaptive hedging in the core: the quantile estimate against known distributions (within one bucket), its
-adaptation after a step change, the floor, the extra-load budget, and the machine's use of both."""
+adaptation after a step change, the floor, a rare method's memory, censored samples and the edge of a gap, the
+extra-load budget, the machine's use of both, a closed loop through the machine in simulated time, and hypothesis
+on the budget and the estimate's bounds."""
 
 from __future__ import annotations
 
