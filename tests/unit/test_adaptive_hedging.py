@@ -13,7 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpc_retry._core import BUCKET_ERROR, KEEP, WINDOW_CALLS, CallMachine, CallPolicy, HedgingControl, Picker
+from grpc_retry._core import (
+    BUCKET_ERROR,
+    CANCEL,
+    DELIVER,
+    END,
+    KEEP,
+    START,
+    TIMER,
+    WINDOW_CALLS,
+    CallMachine,
+    CallPolicy,
+    HedgingControl,
+    Picker,
+)
 from grpc_retry._core import BufferPool as Pool
 from grpc_retry._options import parse_options
 
@@ -178,8 +191,8 @@ def test_a_call_over_budget_goes_on_with_its_attempts_and_says_why():
     control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all (an empty bucket)
     m = machine(hedge_policy(control))
     actions = m.start(0.0, b"x")
-    assert [a[0] for a in actions].count(0) == 1  # START: the first attempt
-    assert not [a for a in m.timer(0.01) if a[0] == 0]  # the hedge is not sent
+    assert [a[0] for a in actions].count(START) == 1  #: the first attempt
+    assert not [a for a in m.timer(0.01) if a[0] == START]  # the hedge is not sent
     assert control.budget_stopped == 1 and m.live == 1
     m.status(0, 14, "down", None, 0.02)
     assert m.reason_name == "hedge_budget"
@@ -195,13 +208,11 @@ def test_the_machine_hedges_after_the_adaptive_delay_and_learns_from_answers():
         m.status(0, 0, None, None, i * 0.025 + 0.021)
     m = machine(policy)
     actions = m.start(2.5, b"x")
-    timers = [a[1] for a in actions if a[0] == 5]
+    timers = [a[1] for a in actions if a[0] == TIMER]
     assert timers and abs((timers[0] - 2.5) / 0.020 - 1) <= TOLERANCE
 
 
 # -- a closed loop: calls through the real machine, in simulated time ---------------------------------------------
-
-START, CANCEL, TIMER, DELIVER, END = 0, 3, 5, 7, 8
 
 
 def closed_loop(control, seconds, latency, in_flight=1, seed=0):
