@@ -191,7 +191,7 @@ def test_a_call_over_budget_goes_on_with_its_attempts_and_says_why():
     control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all (an empty bucket)
     m = machine(hedge_policy(control))
     actions = m.start(0.0, b"x")
-    assert [a[0] for a in actions].count(START) == 1  #: the first attempt
+    assert [a[0] for a in actions].count(START) == 1  # the first attempt
     assert not [a for a in m.timer(0.01) if a[0] == START]  # the hedge is not sent
     assert control.budget_stopped == 1 and m.live == 1
     m.status(0, 14, "down", None, 0.02)
