@@ -29,11 +29,13 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 
 class Method:
-    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams` and `unary_response` are what
-    the drivers read."""
+    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response` and
+    `headers_first` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "subchannels", "calls", "attempt_streams", "unary_response")
+                 "headers_first", "subchannels", "calls", "attempt_streams", "unary_response")
+    # The channel's attempt shape for hedged unary calls, made from grpcio's unary-unary multicallable; None: none.
+    HEADERS_FIRST: Optional[Callable[[Any], Any]] = None
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -43,8 +45,11 @@ class Method:
         self.deserializer = deserializer
         self._policy = state.policy(method)
         # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpcio's unary-unary shape delivers both at once, its unary-stream shape does not.
-        self._attempt_kind = "unary_stream" if kind == "unary_unary" and self._policy.hedging else kind
+        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel has a shape of its own for
+        # it (HEADERS_FIRST); the sync one uses grpcio's unary-stream shape.
+        self.headers_first = kind == "unary_unary" and self._policy.hedging and self.HEADERS_FIRST is not None
+        self._attempt_kind = ("unary_stream" if kind == "unary_unary" and self._policy.hedging
+                              and not self.headers_first else kind)
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         self.unary_response = kind in ("unary_unary", "stream_unary")
         self.subchannels = subchannels
@@ -57,7 +62,10 @@ class Method:
         channel = self.subchannels.channel(index)
         entry = self._inner.get(index)
         if entry is None or entry[0] is not channel:  # new, or the address came back on a new grpcio channel
-            entry = self._inner[index] = (channel, getattr(channel, self._attempt_kind)(self._method))
+            multicallable = getattr(channel, self._attempt_kind)(self._method)
+            if self.headers_first:
+                multicallable = cast(Callable[[Any], Any], self.HEADERS_FIRST)(multicallable)
+            entry = self._inner[index] = (channel, multicallable)
         return entry[1]
 
     def _serialize(self, request: Any) -> Optional[bytes]:

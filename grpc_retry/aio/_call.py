@@ -56,6 +56,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     __slots__ = (
         "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
+        "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
         "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
@@ -77,6 +78,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._timer: Optional[asyncio.TimerHandle] = None
         self._listener: Optional[Callable[[], None]] = None
         self._local_details = ""
+        self._refusal: Optional[BaseException] = None  # what grpc.aio raised instead of making an attempt
         self._done = False
         self._code: Optional[grpc.StatusCode] = None
         self._details: Optional[str] = None
@@ -87,7 +89,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the end
         self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
-        self._watchers: Optional[Dict[int, asyncio.Task[Any]]] = None  # hedges: each one's watcher
+        self._watchers: Optional[Dict[int, Any]] = None  # hedges: each one's watcher task, or grace timer
         self._writes: Optional[Dict[int, asyncio.Task[Any]]] = None    # request streams: each attempt's write
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
@@ -111,8 +113,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                 metadata=driver.attempt_metadata(self._metadata, previous), credentials=self._credentials,
                 wait_for_ready=self._grpc_wfr, compression=self._compression)
         except Exception as error:  # grpc.aio refused the call
-            log.error("grpc_retry could not start an attempt: %r", error)
-            self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
+            self._refused(error)
             return
         finally:
             if obs is not None:
@@ -121,11 +122,31 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         if self._hedged:
             if self._watchers is None:
                 self._watchers = {}
+            if method.headers_first:  # it reports itself: no watcher task
+                attempt.on_headers = partial(self._headers_came, n, attempt)
+                attempt.on_end = partial(self._headers_first_ended, n, attempt)
+                self._wake_readers()
+                return
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
-        else:
+        if method.attempt_streams or self._hedged:
+            # grpc.aio sends the request (or the metadata) from a task of its own, which raises when it cannot
+            # (metadata it cannot send): the attempt then never ends. A unary attempt's task is watched below.
+            internals.aio_sending_task(attempt).add_done_callback(partial(self._sent, n, attempt))
+        if not self._hedged:
             self._current = n
             self._follow(n, attempt)
         self._wake_readers()
+
+    def _sent(self, n: int, attempt: Any, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None and self._attempts.get(n) is attempt:
+            self._refused(cast(BaseException, task.exception()))
+
+    def _refused(self, error: BaseException) -> None:
+        """grpc.aio refused an attempt (metadata it cannot send, say): awaiting the call raises that error, as on
+        grpc.aio; the call ends INTERNAL."""
+        log.error("grpc_retry could not start an attempt: %r", error)
+        self._refusal = error
+        self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
 
     def _follow(self, n: int, attempt: Any) -> None:  # per response kind: report the attempt's end
         raise NotImplementedError
@@ -221,6 +242,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                      trailing, None if code is _OK else status.debug_error_string())
 
     def _end(self, code: int) -> None:
+        self._peek = None  # ended here (cancelled, deadline): as on grpc.aio, reads raise, unread messages go
         status, details = driver.local_status(code, self._local_details, self._method.subchannels)
         self._finish(status, details, (), (), None)
 
@@ -298,6 +320,34 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                 del self._watchers[n]
         self._ended(n, attempt, False)
 
+    def _headers_came(self, n: int, attempt: internals.AioHeadersFirstAttempt) -> None:
+        """A hedged unary attempt's headers came (`_first_answer`, for the headers-first shape): headers commit the
+        call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
+        if self._attempts.get(n) is not attempt or self._winner == n:
+            return
+        if internals.aio_initial_metadata(attempt):
+            self._act(self._machine.headers(n, monotonic()))
+        else:
+            cast(Dict[int, Any], self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+
+    def _headers_first_ended(self, n: int, attempt: internals.AioHeadersFirstAttempt, response: Any) -> None:
+        """A hedged unary attempt ended, with its response or EOF: a response commits the call to it (unless its
+        headers did already), then its status goes to the machine."""
+        grace = cast(Dict[int, Any], self._watchers).pop(n, None)
+        if grace is not None:
+            grace.cancel()
+        if self._attempts.get(n) is not attempt:
+            return
+        if attempt.error is not None:
+            self._refused(attempt.error)
+            return
+        if response is not _EOF:
+            if self._winner != n:
+                self._act(self._machine.message(n, monotonic()))
+            if self._winner == n:
+                self._response = response
+        self._ended(n, attempt, False)
+
     async def _read_response(self, attempt: Any) -> None:  # unary responses: the winner's response
         pass
 
@@ -368,6 +418,8 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                            Metadata.from_tuple(self._trailing), self._details, self._debug)
 
     def _raise_if_failed(self) -> None:
+        if self._refusal is not None:
+            raise self._refusal
         if self._code is not _OK:
             if self._code is _CANCELLED and self._details == CANCELLED_DETAILS:
                 raise asyncio.CancelledError()
@@ -461,19 +513,20 @@ class _UnaryResponse(_Call):
     def _unary_done(self, n: int, attempt: Any, task: asyncio.Task[Any]) -> None:
         if self._attempts.get(n) is not attempt:
             return
-        response = None if task.cancelled() else task.result()
+        response = None
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                self._refused(error)
+                return
+            response = task.result()
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def _read_response(self, attempt: Any) -> None:
         peek, self._peek = self._peek, None
-        if peek is not None:
-            response = peek
-        elif isinstance(attempt, grpc.aio.UnaryStreamCall):  # a hedged unary call: the shape that shows headers
-            response = await _read(attempt)
-        else:
-            response = await internals.aio_unary_task(attempt)
+        response = peek if peek is not None else await internals.aio_unary_task(attempt)
         if response is not _EOF:
             self._response = response
 
@@ -504,7 +557,7 @@ class _StreamResponse(_Call):
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def read(self) -> Any:
-        if self._done:
+        if self._done and self._peek is None:
             self._raise_if_failed()
             return _EOF
         self._use("read")
@@ -542,6 +595,9 @@ class _StreamResponse(_Call):
         except asyncio.CancelledError:
             self.cancel()
             raise
+        if message is _EOF and self._peek is not None:
+            # The winner's first message, read ahead before it won; the winner ended before it was read.
+            message, self._peek = self._peek, None
         if message is _EOF:
             self._raise_if_failed()
             return _EOF

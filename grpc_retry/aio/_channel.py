@@ -35,6 +35,7 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_interceptors",)
+    HEADERS_FIRST = internals.AioHeadersFirst
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:

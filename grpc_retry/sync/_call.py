@@ -241,7 +241,10 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._pulling = False
         self._exhausted = request_iterator is None
         self._calls.add(self)
+        self._refusal: Optional[Exception] = None
         self._event(lambda: machine.start(monotonic(), request))
+        if self._refusal is not None:  # grpcio refused the first attempt (metadata it cannot send): as grpcio,
+            raise self._refusal        # the call site raises (the call has ended, INTERNAL)
 
     # -- events: decided under the lock, performed outside it --------------------------------------------------
 
@@ -340,6 +343,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
         else:
             log.error("grpc_retry could not start an attempt: %r", error)
+            self._refusal = error
             self._fail(grpc.StatusCode.INTERNAL, f"grpc_retry could not start an attempt: {error!r}")
 
     def _write(self, n: int, data: bytes) -> None:

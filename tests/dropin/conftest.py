@@ -1,6 +1,7 @@
 """The differential drop-in suite: each scenario runs once through grpcio's own channel and once through each
-grpc_retry channel (no policy, and a retry policy that never triggers), each against a fresh real server scripted
-the same way, and the observations must be equal."""
+grpc_retry channel (no policy, a retry policy that never triggers, and a hedging policy whose hedges never go:
+the attempt shapes hedged calls use), each against a fresh real server scripted the same way, and the
+observations must be equal."""
 
 from __future__ import annotations
 
@@ -18,21 +19,27 @@ import grpc_retry.aio
 IDLE_RETRY = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test.Echo"}], "retryPolicy": {
     "maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
     "retryableStatusCodes": ["DATA_LOSS"]}}]})
+# A hedging policy whose next hedge is never due within a scenario: each call is its one attempt, in the shape
+# hedged calls use (a unary call's attempt shows its headers before its response).
+IDLE_HEDGING = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test.Echo"}], "hedgingPolicy": {
+    "maxAttempts": 2, "hedgingDelay": "300s", "nonFatalStatusCodes": ["DATA_LOSS"]}}]})
 
 
-def _with_policy(make: Callable[..., Any]) -> Callable[..., Any]:
+def _with_policy(make: Callable[..., Any], config: str = IDLE_RETRY) -> Callable[..., Any]:
     def channel(target: str, options: Any = None, **kwargs: Any) -> Any:
-        return make(target, options=list(options or ()) + [("grpc.service_config", IDLE_RETRY)], **kwargs)
+        return make(target, options=list(options or ()) + [("grpc.service_config", config)], **kwargs)
     return channel
 
 
 SYNC: Dict[str, Callable[..., Any]] = {
     "grpc_retry": grpc_retry.insecure_channel,
     "grpc_retry+retry": _with_policy(grpc_retry.insecure_channel),
+    "grpc_retry+hedging": _with_policy(grpc_retry.insecure_channel, IDLE_HEDGING),
 }
 AIO: Dict[str, Callable[..., Any]] = {
     "grpc_retry.aio": grpc_retry.aio.insecure_channel,
     "grpc_retry.aio+retry": _with_policy(grpc_retry.aio.insecure_channel),
+    "grpc_retry.aio+hedging": _with_policy(grpc_retry.aio.insecure_channel, IDLE_HEDGING),
 }
 
 

@@ -173,6 +173,19 @@ async def metadata_and_compression(make, backend) -> Any:
                 [tuple(a.metadata.items()) for a in backend.attempts_of(UNARY)][:1])
 
 
+async def refused_metadata(make, backend) -> Any:
+    """Metadata grpc.aio cannot send: each kind of call raises grpc.aio's error, where grpc.aio raises it."""
+    backend.script(SERVER_STREAM, Step(responses=1))
+    backend.script(BIDI, Step(responses=1))
+    bad = (("k-bin", "not bytes"),)
+    async with make(backend.target) as channel:
+        calls = (channel.unary_unary(UNARY)(b"u", metadata=bad, timeout=5),
+                 channel.unary_stream(SERVER_STREAM)(b"s", metadata=bad, timeout=5).read(),
+                 channel.stream_unary(CLIENT_STREAM)(iter([b"c"]), metadata=(("k", 1),), timeout=5),
+                 channel.stream_stream(BIDI)(iter([b"b"]), metadata=bad, timeout=5).read())
+        return [await outcome(asyncio.wait_for(call, 5)) for call in calls]
+
+
 class _Iterating(aio.UnaryStreamClientInterceptor):
     """Returns a response iterator, not the call; notes the type of the metadata it is given."""
 
@@ -282,7 +295,8 @@ async def connecting_new_channels(make, backend) -> Any:
 
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
                                       deadlines_and_failures, refusals, time_remaining,
-                                      metadata_and_compression, interceptors, closing, connecting_new_channels],
+                                      metadata_and_compression, refused_metadata, interceptors, closing,
+                                      connecting_new_channels],
                          ids=lambda f: f.__name__)
 def test_same_as_grpc_aio(aio_channel, scenario):
     same_as_grpc_aio(scenario, aio_channel)

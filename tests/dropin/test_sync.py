@@ -121,6 +121,7 @@ def metadata_and_compression(make, backend) -> Any:
         method = channel.unary_unary(UNARY)
         return (outcome(lambda: method(b"z", metadata=(("Bad Key", "v"),), timeout=5))[:3],
                 outcome(lambda: method(b"z", metadata=(("k-bin", "not bytes"),), timeout=5))[:2],
+                outcome(lambda: method.future(b"z", metadata=(("k", 1),), timeout=5).result())[:2],
                 outcome(lambda: method(b"z", compression=grpc.Compression.Gzip, timeout=5)))
 
 

@@ -3,6 +3,7 @@
 The channel's target lists the three backends (pick_first, in order), so attempt i of a call goes to backend i
 while the call has not used them all: each rule is checked on what each backend saw."""
 
+import asyncio
 import json
 import threading
 import time
@@ -12,6 +13,7 @@ import pytest
 from support.backend import BIDI, SERVER_END_LAG, SERVER_STREAM, UNARY, Step, fail, pushback
 from support.clients import ECHO_SERVICE
 
+import grpc_retry.aio
 from grpc_retry._timer import TIMERS
 
 OK = grpc.StatusCode.OK
@@ -175,6 +177,22 @@ def test_a_server_stream_commits_to_the_first_hedge_with_a_message(client, backe
     assert out.code == OK and out.responses == [b"s#0", b"s#1", b"s#2"]
     assert out.previous_attempts == "1"
     assert seen(backends, SERVER_STREAM) == [1, 1, 0]
+
+
+def test_a_message_read_ahead_is_delivered_after_the_winner_ended(backends):
+    # A hedged response stream commits on its first message, which grpc_retry reads ahead; with one message the
+    # winner then ends at once. Read only after the call has ended, that message is still the application's.
+    backends[0].script(SERVER_STREAM, Step(responses=1))
+
+    async def run():
+        async with grpc_retry.aio.insecure_channel(target(backends), options=hedging_options(delay="5s")) as ch:
+            call = ch.unary_stream(SERVER_STREAM)(b"s", timeout=10)
+            ended = asyncio.Event()
+            call.add_done_callback(lambda _: ended.set())
+            await asyncio.wait_for(ended.wait(), 5)
+            return [m async for m in call], await call.code()
+
+    assert asyncio.run(run()) == ([b"s#0"], OK)
 
 
 def test_deadline_during_hedging_ends_the_call_and_every_attempt(client, backends):
