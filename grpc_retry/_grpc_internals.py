@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Coroutine, Dict, List, Optional, Tuple, cast
 
 import grpc
 from grpc import aio
@@ -99,6 +99,25 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
 
 
+def _start_batch(call: Any, operations: Tuple[Any, ...],
+                 loop: asyncio.AbstractEventLoop) -> Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]:
+    """Start a batch now, without a task of its own: grpcio's execute_batch, run up to its one wait. It returns
+    that coroutine and the future it waits on; once the future is done, `_finish_batch` runs the rest (which
+    reads what the batch received)."""
+    batch = cygrpc.execute_batch(call, operations, loop)
+    future = batch.send(None)
+    future._asyncio_future_blocking = False  # yielded to us, not to a task: a task of ours may now await it
+    return batch, future
+
+
+def _finish_batch(batch: Coroutine[Any, Any, None]) -> None:
+    try:
+        batch.send(None)
+    except StopIteration:
+        return
+    raise RuntimeError("grpcio's execute_batch waited more than once")
+
+
 class AioHeadersFirst:
     """What a hedged unary method's attempts go through on one subchannel: made like a grpc.aio multicallable
     (of bytes), it makes `AioHeadersFirstAttempt`s."""
@@ -176,10 +195,11 @@ class AioHeadersFirstAttempt:
         headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
         message = cygrpc.ReceiveMessageOperation(_NO_FLAGS)
         status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
-        # The response's batch starts first, in a task of its own: started after the headers came, it would end
-        # a loop turn later (under load, a turn is milliseconds).
-        ending = loop.create_task(cygrpc.execute_batch(call, (message, status), loop))
+        ending = None
         try:
+            # The response's batch first: started only once the headers came, it would end a loop turn later
+            # (under load, a turn is milliseconds).
+            ending, ended = _start_batch(call, (message, status), loop)
             try:
                 await cygrpc.execute_batch(call, (
                     cygrpc.SendInitialMetadataOperation(metadata, flags),
@@ -190,15 +210,18 @@ class AioHeadersFirstAttempt:
             else:
                 if self._status is None:
                     self._set_headers(headers.initial_metadata())
-                    if self.on_headers is not None:
+                    # Empty headers with the end already here need no telling: the end tells all.
+                    if self.on_headers is not None and (self._initial_metadata or not ended.done()):
                         self.on_headers()
-            await ending
+            await ended
+            _finish_batch(ending)
         except cygrpc.ExecuteBatchError as error:
             if self._status is None:
                 self._set_status(cygrpc.AioRpcStatus(13, "Internal error from Core", (), str(error)))
             return cygrpc.EOF
         finally:
-            ending.cancel()  # only if this task was cancelled: the call is cancelled too, and the batch ends
+            if ending is not None:
+                ending.close()  # finished, or this task was cancelled: the call is cancelled too
         if self._status is not None:
             return cygrpc.EOF  # cancelled meanwhile
         code = status.code()

@@ -71,12 +71,16 @@ json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=200), json_values.map(json.dumps)))
 def test_any_text_gives_a_config_or_a_service_config_error_quickly(text):
-    started = time.perf_counter()
-    try:
-        parse_service_config(text)
-    except ServiceConfigError:
-        pass
-    assert time.perf_counter() - started < 0.05
+    def took() -> float:
+        started = time.perf_counter()
+        try:
+            parse_service_config(text)
+        except ServiceConfigError:
+            pass
+        return time.perf_counter() - started
+
+    # The quickest of three: a slow parse is slow each time, a pause of the shared machine's is not.
+    assert min(took() for _ in range(3)) < 0.05
 
 
 # -- accept what gRPC accepts ------------------------------------------------------------------------------------
