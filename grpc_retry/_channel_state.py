@@ -7,13 +7,13 @@ import logging
 import math
 import random
 import threading
-from typing import Any, Dict, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
 from grpc_retry._stats import MethodStats, channel_stats
-from grpc_retry._telemetry import Telemetry
+from grpc_retry._telemetry import Telemetry, observe_hedging
 
 log = logging.getLogger("grpc_retry")
 
@@ -37,7 +37,8 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 
 class ChannelState:
-    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies")
+    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies",
+                 "__weakref__")
 
     def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
@@ -53,6 +54,13 @@ class ChannelState:
         self.calls: Set[Any] = set()
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
+        adaptive = self.options.hedging_quantile > 0 or self.options.max_extra_load >= 0
+        if adaptive and self.telemetry.meter_provider is not None:
+            observe_hedging(self.telemetry.meter_provider, self)
+
+    def hedges(self) -> List[Tuple[str, HedgingControl]]:
+        """Each method's adaptive hedging (its delay and budget), for methods called so far with a hedging policy."""
+        return [(method, policy.hedge) for method, policy in list(self._policies.items()) if policy.hedge is not None]
 
     def policy(self, method: str) -> CallPolicy:
         """The core's view of `method`'s config (cached: one parse per method and channel)."""

@@ -137,7 +137,8 @@ class AioHeadersFirst:
         deadline = None if timeout is None else time.time() + timeout
         call = m._channel.call(m._method, deadline, credentials, wait_for_ready, *self._handle)
         attempt = AioHeadersFirstAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready])
-        register = getattr(m._python_channel, "_register_call", None)  # grpcio 1.83 on: its close cancels it
+        # Tracked as grpc.aio's own calls are (its close cancels them), where grpc.aio tracks them (1.83 on).
+        register = getattr(getattr(m, "_python_channel", None), "_register_call", None)
         if register is not None:
             register(attempt)
         return attempt

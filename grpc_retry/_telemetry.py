@@ -9,12 +9,15 @@ OpenTelemetry meter or tracer provider (the global one once set, or one passed w
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+import weakref
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import grpc
 
@@ -111,16 +114,52 @@ class _Metrics:
                                   LATENCY_BUCKETS)
 
 
+# Adaptive hedging's state per method (the delay before its next hedge now, its hedges not sent for budget),
+# observed when a reader collects: nothing per call. A meter keeps the first instrument of a name (and only its
+# callbacks), so the instruments are made once per meter provider and observe every open channel made with it.
+_hedging_channels: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+_hedging_lock = threading.Lock()
+
+
+def observe_hedging(provider: Any, channel: Any) -> None:
+    """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `hedges()`) on `provider`'s meter."""
+    with _hedging_lock:
+        channels = _hedging_channels.get(provider)
+        if channels is None:
+            channels = _hedging_channels[provider] = weakref.WeakSet()
+            meter = provider.get_meter("grpc_retry", __version__)
+            meter.create_observable_gauge(
+                "grpc_retry.client.hedging_delay", callbacks=[functools.partial(_observe, channels, True)],
+                unit="s", description="Adaptive hedging: the delay before a call's next hedge, now.")
+            meter.create_observable_counter(
+                "grpc_retry.client.hedges_not_sent_for_budget",
+                callbacks=[functools.partial(_observe, channels, False)], unit="{hedge}",
+                description="Hedges that were due but not sent: over grpc_retry.max_extra_load.")
+        channels.add(channel)
+
+
+def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) -> Iterable[Any]:
+    from opentelemetry.metrics import Observation
+
+    with _hedging_lock:
+        open_channels = [channel for channel in channels if not channel.closed]
+    now = time.monotonic()
+    return [Observation(hedge.delay(now) if delays else hedge.budget_stopped,
+                        {"grpc.method": method.lstrip("/"), "grpc.target": channel.telemetry.target})
+            for channel in open_channels for method, hedge in channel.hedges()]
+
+
 class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
-    __slots__ = ("target", "throttle", "metrics", "tracer", "_trace_api", "_context_api")
+    __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_context_api")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
         self.target = canonical_target(target)
         self.throttle = throttle
         self.metrics: Optional[_Metrics] = None
+        self.meter_provider: Any = None  # set when metrics are on
         self.tracer: Any = None
         self._trace_api: Any = None
         self._context_api: Any = None
@@ -134,6 +173,7 @@ class Telemetry:
             meter_provider = metrics.get_meter_provider()
         if _provider_set(meter_provider):
             self.metrics = _Metrics(meter_provider)
+            self.meter_provider = meter_provider
         if tracer_provider is None:
             tracer_provider = trace.get_tracer_provider()
         if _provider_set(tracer_provider):

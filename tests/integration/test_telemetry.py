@@ -303,3 +303,25 @@ def test_a_global_provider_set_before_the_channel_is_used(backend: Backend, tmp_
     assert json.loads(done.stdout) == [
         ["grpc.client.call.duration", "grpc.client.call.retries", "grpc.client.call.retry_delay"],
         ["attempt 1", "attempt 2", METHOD]]
+
+
+def test_adaptive_hedging_is_observed_as_metrics(backend: Backend) -> None:
+    # A budget of one hedge (max_extra_load 0.001: the bucket holds 1 token and refills by 0.001 a call): the first
+    # call's hedge is sent, the second call's is not. Both calls' attempts answer after 0.3 s, past the delay.
+    backend.script(UNARY, *[Step(wait=0.3)] * 4)
+    config = json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "hedgingPolicy": {
+        "maxAttempts": 2, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})
+    _, reader, _, extra = telemetry()
+    options = [("grpc.service_config", config), ("grpc_retry.max_extra_load", 0.001), *extra]
+    with grpc_retry.insecure_channel(backend.target, options=options) as channel:
+        method = channel.unary_unary(UNARY)
+        assert method(b"a", timeout=10) == b"a" and method(b"b", timeout=10) == b"b"
+        stats = channel.retry_stats()[UNARY]
+        assert (stats.hedges, stats.hedges_not_sent_for_budget) == (1, 1)
+        got = points(reader)
+        labels = {"grpc.method": METHOD, "grpc.target": f"dns:///{backend.target}"}
+        (delay,) = got["grpc_retry.client.hedging_delay"]
+        assert dict(delay.attributes) == labels and delay.value == pytest.approx(0.05)
+        (stopped,) = got["grpc_retry.client.hedges_not_sent_for_budget"]
+        assert dict(stopped.attributes) == labels and stopped.value == 1
+    assert "grpc_retry.client.hedging_delay" not in points(reader)  # a closed channel is no longer observed
