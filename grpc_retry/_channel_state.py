@@ -54,9 +54,12 @@ class ChannelState:
         self.calls: Set[Any] = set()
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
-        adaptive = self.options.hedging_quantile > 0 or self.options.max_extra_load >= 0
-        if adaptive and self.telemetry.meter_provider is not None:
+        if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
+
+    def _adaptive(self) -> bool:
+        """Whether hedging policies get a HedgingControl: an adaptive delay, an extra-load budget, or both."""
+        return self.options.hedging_quantile > 0 or self.options.max_extra_load >= 0
 
     def hedges(self) -> List[Tuple[str, HedgingControl]]:
         """Each method's adaptive hedging (its delay and budget), for methods called so far with a hedging policy."""
@@ -83,7 +86,7 @@ class ChannelState:
         if hp is not None:
             options = self.options
             hedge = None
-            if options.hedging_quantile > 0 or options.max_extra_load >= 0:
+            if self._adaptive():
                 hedge = HedgingControl(hp.hedging_delay, options.hedging_quantile, options.max_extra_load)
             return CallPolicy(max_attempts=hp.max_attempts, retryable_codes=hp.non_fatal_status_codes,
                               timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay,
