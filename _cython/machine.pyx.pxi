@@ -161,7 +161,8 @@ cdef class CallMachine:
     cdef int _stop_reason
     cdef int _backoff_step
     cdef bint _refused_retried
-    cdef object _used           # bit mask of the addresses this call's attempts went to
+    cdef object _used           # bit mask of the slots (subchannels) this call's attempts went to
+    cdef long _births           # the picker's births when _used was last brought up to date
     # the replay buffer: messages[k - base] is message k; `buffered` bytes are charged to the budgets
     cdef list _messages
     cdef readonly long base
@@ -202,6 +203,7 @@ cdef class CallMachine:
         self.next_at = -INFINITY
         self.timer_at = INFINITY
         self._used = 0
+        self._births = picker.births
         self._messages = []
         self._last_start = -INFINITY
 
@@ -525,7 +527,7 @@ cdef class CallMachine:
         if kind == NOT_SENT:
             # It never left the client: worth another go only on an address this call has not tried, or, for a
             # call that waits for ready, on any address once the subchannels have news.
-            address = self.picker.pick(self._used)
+            address = self._pick()
             if address < 0 or (self._used >> address) & 1:
                 if not self.wait_for_ready:
                     return False
@@ -557,7 +559,7 @@ cdef class CallMachine:
             return
         while i < len(self._redos):
             r = <_Redo>self._redos[i]
-            address = self.picker.pick(self._used)
+            address = self._pick()
             if address < 0 or (r.since >= 0 and (self._used >> address) & 1 and self.picker.generation == r.since):
                 blocked = True
                 i += 1
@@ -580,7 +582,7 @@ cdef class CallMachine:
                 if self.notes is not None:
                     self.notes.append((NOTE_STOP, R_BUDGET, -1.0))
                 break
-            address = self.picker.pick(self._used)
+            address = self._pick()
             if address < 0:
                 blocked = True
                 break
@@ -653,6 +655,14 @@ cdef class CallMachine:
             self.state = WAITING
         else:
             self.state = BACKOFF
+
+    cdef inline int _pick(self) except? -2:
+        # A slot given to another address since this call used it is no longer "used" (picker.pyx.pxi).
+        if self._births != self.picker.births:
+            if self._used:
+                self._used = self.picker.forget(self._used, self._births)
+            self._births = self.picker.births
+        return self.picker.pick(self._used)
 
     cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *:
         cdef _Attempt a = _Attempt()

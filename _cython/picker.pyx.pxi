@@ -1,7 +1,10 @@
 # Load-balancing pickers that avoid the backends a call already used (A6 "Where Retries Occur": retries sit
 # above the picker "so that every retry gets a chance to be sent out on a different subchannel").
 #
-# Addresses are indexed 0..n-1; a call's used addresses are a bit mask (a Python int, any size). A pick
+# Subchannels sit in slots 0..n-1; a call's used slots are a bit mask (a Python int, any size). A slot whose
+# address vanished is SHUTDOWN and may later be given to another address: it is then reborn (`born[i]` takes the
+# next value of `births`), and `forget()` clears from a call's mask the slots reborn since the call last looked,
+# so that a call never avoids a new backend because an old one sat in its slot. A pick
 # prefers, in order: an unused READY address, an unused address that can connect (IDLE or CONNECTING), and
 # only when every address is used or down, the normal pick (READY, then connectable). -1: nothing to pick
 # (every address in TRANSIENT_FAILURE or shut down): the call waits (wait_for_ready) or fails.
@@ -28,12 +31,16 @@ cdef class Picker:
     cdef int _next          # round_robin: where the next rotation starts
     cdef public long generation  # bumped by the subchannels on every change
     cdef public bint resolved    # the target resolved (to addresses, or to an error)
+    cdef list _born              # per slot: the value of `births` when it last took an address
+    cdef readonly long births    # bumped each time a slot is given (again) to an address
 
     def __init__(self, int policy, int size):
         if policy not in (PICK_FIRST, ROUND_ROBIN):
             raise ValueError(f"unknown picker policy {policy}")
         self.policy = policy
         self._states = [STATE_IDLE] * size
+        self._born = [0] * size
+        self.births = 0
         self._next = 0
 
     @property
@@ -44,13 +51,29 @@ cdef class Picker:
         return list(self._states)
 
     def resize(self, int size):
-        """New resolution: addresses keep their index; new ones start IDLE."""
+        """New resolution: addresses keep their slot; new slots start IDLE."""
         if size < len(self._states):
             del self._states[size:]
+            del self._born[size:]
         else:
             self._states.extend([STATE_IDLE] * (size - len(self._states)))
+            self._born.extend([0] * (size - len(self._born)))
         if self._next >= size:
             self._next = 0
+
+    def reborn(self, int index):
+        """Slot `index` now holds another address (IDLE): calls that used the old one may use it."""
+        self.births += 1
+        self._born[index] = self.births
+        self._states[index] = STATE_IDLE
+
+    cpdef object forget(self, object used, long since):
+        """`used` without the slots reborn after births was `since`."""
+        cdef int i
+        for i in range(len(self._born)):
+            if self._born[i] > since and (used >> i) & 1:
+                used ^= 1 << i
+        return used
 
     cpdef void set_state(self, int index, int state):
         if 0 <= index < len(self._states):

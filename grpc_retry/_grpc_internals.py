@@ -393,16 +393,32 @@ def sync_response(call: Any) -> Any:
     return call._state.response
 
 
+def new_sync_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                     compression: Optional[grpc.Compression]) -> grpc.Channel:
+    """A subchannel: grpcio's own sync channel class, made as grpc.insecure_channel / secure_channel make it —
+    never through those constructors, which an instrumentation (or install()) may have replaced."""
+    from grpc import _channel
+
+    return _channel.Channel(target, tuple(options), _cygrpc_credentials(credentials), compression)
+
+
+def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                    compression: Optional[grpc.Compression]) -> grpc.aio.Channel:
+    """A subchannel: grpc.aio's own channel class, with no interceptors (see new_sync_channel)."""
+    from grpc.aio import _channel
+
+    return cast(grpc.aio.Channel, _channel.Channel(target, tuple(options), _cygrpc_credentials(credentials),
+                                                   compression, None))
+
+
+def _cygrpc_credentials(credentials: Optional[grpc.ChannelCredentials]) -> Any:
+    return None if credentials is None else getattr(credentials, "_credentials")
+
+
 def sync_connectivity(channel: Any, try_to_connect: bool) -> int:
     """A sync grpcio channel's connectivity state (grpc.ChannelConnectivity's number); `try_to_connect` starts a
     connection if it is IDLE. grpcio's public way, subscribe(), starts a poller thread of grpcio's own."""
     return int(channel._channel.check_connectivity_state(try_to_connect))
-
-
-def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
-    """Block until the channel's state differs from `last` (True) or `timeout` passes (False). Raises ValueError
-    once the channel is closed. grpcio's close waits for a watch in progress to end."""
-    return bool(channel._channel.watch_connectivity_state(last, time.time() + timeout).success)
 
 
 def _decode(value: Any) -> Optional[str]:

@@ -3,7 +3,7 @@ application cannot change the constructor (a cloud client library builds its own
 
 The patch replaces four attributes of the grpc and grpc.aio modules. Code that took a reference to a constructor
 before install() (`from grpc import insecure_channel`) keeps grpcio's. grpc_retry's own subchannels are made
-with the constructors as they were when grpc_retry was imported, so installing never recurses.
+from grpcio's channel classes, never through these constructors, so installing never recurses.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import grpc.aio
 
 from grpc_retry._options import ENABLE
 
-# grpcio's constructors, as imported: what subchannels are made with (grpc_retry reads the internals of grpcio's
-# own channels and calls: a channel another library wrapped would not have them), and what uninstall() puts back.
+# grpcio's constructors, as imported: what uninstall() puts back.
 grpc_insecure_channel = grpc.insecure_channel
 grpc_secure_channel = grpc.secure_channel
 grpc_aio_insecure_channel = grpc.aio.insecure_channel

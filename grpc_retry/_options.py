@@ -21,13 +21,17 @@ LB_POLICY = "grpc.lb_policy_name"
 ENABLE = "grpc_retry.enable"  # read by install()'s constructors; accepted (and ignored) by our channels
 METER_PROVIDER = "grpc_retry.meter_provider"
 TRACER_PROVIDER = "grpc_retry.tracer_provider"
+DNS_REFRESH = "grpc_retry.dns_refresh_ms"
+DNS_MIN_INTERVAL = "grpc.dns_min_time_between_resolutions_ms"  # gRPC's own: read, and passed on
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_DNS_REFRESH_MS = 30000
+DEFAULT_DNS_MIN_INTERVAL_MS = 30000  # C-core's
 LB_POLICIES = ("pick_first", "round_robin")
 OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE,  # the grpc_retry.* options
-        METER_PROVIDER, TRACER_PROVIDER)
+        METER_PROVIDER, TRACER_PROVIDER, DNS_REFRESH)
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -45,6 +49,8 @@ class RetryOptions:
     passthrough: Tuple[Tuple[str, Any], ...]
     meter_provider: Any = None     # OpenTelemetry's; None: the global one, once set
     tracer_provider: Any = None
+    dns_refresh: float = DEFAULT_DNS_REFRESH_MS / 1000       # seconds; 0: look a name up only when a backend is lost
+    dns_min_interval: float = DEFAULT_DNS_MIN_INTERVAL_MS / 1000  # seconds between two lookups on a loss
 
 
 def _int_option(name: str, value: Any, minimum: int) -> int:
@@ -93,6 +99,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
         else:
             _check_as_grpcio(name, value)
             rest.append((name, value))
+            if name == DNS_MIN_INTERVAL:
+                ours[name] = value
 
     for name in (ENABLE_RETRIES, ENABLE):
         flag = ours.get(name, 1)
@@ -104,6 +112,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
     cap = _int_option(MAX_ATTEMPTS, ours.get(MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS), 1)
     quantile = _float_option(HEDGING_QUANTILE, ours.get(HEDGING_QUANTILE), 0.0, 1.0, "in (0, 1)")
     extra = _float_option(MAX_EXTRA_LOAD, ours.get(MAX_EXTRA_LOAD), 0.0, None, "at least 0")
+    refresh = _int_option(DNS_REFRESH, ours.get(DNS_REFRESH, DEFAULT_DNS_REFRESH_MS), 0)
+    min_interval = _int_option(DNS_MIN_INTERVAL, ours.get(DNS_MIN_INTERVAL, DEFAULT_DNS_MIN_INTERVAL_MS), 0)
 
     text = ours.get(SERVICE_CONFIG)
     if text is not None and not isinstance(text, (str, bytes)):
@@ -130,7 +140,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
             raise ValueError(f"channel option {name}: must be an OpenTelemetry provider (with {method}()), "
                              f"got {type(provider).__name__}")
     return RetryOptions(config, bool(enable), per_rpc, channel, cap, 0.0 if quantile is None else quantile,
-                        -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider)
+                        -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider,
+                        refresh / 1000, min_interval / 1000)
 
 
 def message_limits(config: ServiceConfig) -> Optional[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 from time import monotonic
 from typing import Callable, List, Optional, Tuple
@@ -87,5 +88,13 @@ class Timers:
             callback = None
             del handle
 
+    def _after_fork(self) -> None:
+        # The thread did not come along, and the timers were the parent's calls': start afresh.
+        self._heap = []
+        self._cond = threading.Condition(threading.Lock())
+        self._thread = None
+
 
 TIMERS = Timers()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=TIMERS._after_fork)

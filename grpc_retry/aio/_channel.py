@@ -20,10 +20,10 @@ from grpc.aio import (
 
 from grpc_retry import _bases as bases
 from grpc_retry import _grpc_internals as internals
+from grpc_retry._backends import AioSubchannels
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._subchannels import AioSubchannels
 from grpc_retry.aio import _call
 
 log = logging.getLogger("grpc_retry")

@@ -12,11 +12,11 @@ from typing import Any, Callable, Iterator, List, Optional, Type
 import grpc
 
 from grpc_retry import _bases as bases
+from grpc_retry._backends import SyncSubchannels, serially
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._subchannels import SyncSubchannels
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._status import local_error
 from grpc_retry.sync._workers import Workers
@@ -176,7 +176,7 @@ class Channel(RetryStatistics, grpc.Channel):
         self._subchannels.watch(subscription)
         if try_to_connect:
             self._subchannels.connect()
-        threading.Thread(target=subscription, name="grpc_retry-connectivity", daemon=True).start()
+        subscription()
 
     def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
         with self._lock:
@@ -189,8 +189,7 @@ class Channel(RetryStatistics, grpc.Channel):
     def close(self) -> None:
         """As grpcio's: every call ends CANCELLED before this returns — one with an attempt in flight as grpcio's
         close ends that attempt, one in backoff or waiting for a subchannel with grpcio's words — and so does
-        every timer and thread the channel started. grpcio's close of a subchannel then waits up to 200 ms for
-        its connectivity poller: on a thread of its own, not the caller's."""
+        every timer and thread the channel started."""
         with self._lock:
             state = self._state
             if state.closed:
@@ -229,6 +228,9 @@ class _Subscription:
         self.lock = threading.Lock()
 
     def __call__(self) -> None:
+        serially(self._deliver)  # grpcio calls them on a thread of its own: never on the caller's, nor the poller's
+
+    def _deliver(self) -> None:
         with self.lock:
             state = self.subchannels.aggregate_state()
             if state is self.last:

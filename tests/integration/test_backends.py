@@ -18,7 +18,7 @@ from support.clients import retry_policy, service_config
 
 import grpc_retry
 import grpc_retry.aio
-from grpc_retry import _subchannels
+from grpc_retry._backends import resolution
 
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -139,9 +139,8 @@ def test_dns_is_resolved_again_when_every_address_failed(client, backend, monkey
         lookups.append(target.host)
         return answers[min(len(lookups), 2) - 1]
 
-    monkeypatch.setattr(_subchannels, "resolve", resolve)
-    monkeypatch.setattr(_subchannels.Subchannels, "min_resolution_interval", 0.3)
-    ch = client.channel(f"dns:///backends.example:{backend.port}")
+    monkeypatch.setattr(resolution, "lookup", resolve)
+    ch = client.channel(f"dns:///backends.example:{backend.port}", [("grpc.dns_min_time_between_resolutions_ms", 300)])
     assert ch.unary(UNARY, b"x", timeout=10).code == UNAVAILABLE
     assert ch.unary(UNARY, b"x", timeout=10, wait_for_ready=True).code == OK
     assert lookups == ["backends.example"] * 2 and len(backend.attempts_of(UNARY)) == 1
@@ -151,7 +150,7 @@ def test_dns_failure_fails_fast_with_the_resolver_error(client, monkeypatch):
     def resolve(target):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(_subchannels, "resolve", resolve)
+    monkeypatch.setattr(resolution, "lookup", resolve)
     out = client.channel("dns:///nowhere.example:443").unary(UNARY, b"x", timeout=10)
     assert out.code == UNAVAILABLE and "nowhere.example" in out.details, out
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from grpc_retry._resolver import parse_target, resolve
+from grpc_retry._backends.resolution import lookup as resolve
+from grpc_retry._backends.target import parse_target
 
 
 @pytest.mark.parametrize("target, addresses, authority", [
@@ -37,3 +38,19 @@ def test_dns_default_port():
 def test_unparseable_targets(target):
     with pytest.raises(ValueError):
         parse_target(target)
+
+
+@pytest.mark.parametrize("target, server", [
+    ("dns://127.0.0.1:5353/svc.test:50051", ("127.0.0.1", 5353)),
+    ("dns://10.0.0.1/svc.test:50051", ("10.0.0.1", 53)),
+    ("dns://[::1]:5353/svc.test:50051", ("::1", 5353)),
+    ("dns:///svc.test:50051", None),
+])
+def test_dns_authority_names_the_server_to_ask(target, server):
+    parsed = parse_target(target)
+    assert (parsed.scheme, parsed.host, parsed.port, parsed.dns_server) == ("dns", "svc.test", 50051, server)
+
+
+def test_dns_authority_must_be_an_address():
+    with pytest.raises(ValueError, match="must be an IP address"):
+        parse_target("dns://resolver.example/svc.test:1")

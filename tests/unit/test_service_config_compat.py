@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpc_retry
+from grpc_retry._backends.target import parse_target
 from grpc_retry._config import ServiceConfigError, ServiceConfigWarning, parse_service_config
 from grpc_retry._options import parse_options
-from grpc_retry._resolver import parse_target
 
 NAME = [{"service": "pkg.Svc"}]
 
@@ -149,7 +149,7 @@ def test_max_attempts_beyond_uint32(attempts):
     ("ipv4:127.0.0.1", "has no port"),
     ("ipv4:127.0.0.1:80,10.0.0.1", "has no port"),
     ("ipv6:[::1]", "has no port"),
-    ("dns://8.8.8.8/example.com:443", "DNS authority ('8.8.8.8') is not supported"),
+    ("dns://resolver.example/example.com:443", "the DNS server 'resolver.example' must be an IP address"),
 ])
 def test_targets_grpc_rejects(target, words):
     with pytest.raises(ValueError, match="target .*" + words.replace("(", r"\(").replace(")", r"\)")):

@@ -1,17 +1,17 @@
-"""Targets to addresses: `host:port`, `dns:[//authority/]host[:port]`, `ipv4:a[:p],…`, `ipv6:[a]:p,…`, `unix:path`.
+"""Targets: `host:port`, `dns:[//server[:port]/]host[:port]`, `ipv4:a:p,…`, `ipv6:[a]:p,…`, `unix:path`.
 
 Each address becomes a grpcio target string for one subchannel ("ipv4:1.2.3.4:80", "ipv6:[::1]:80",
 "unix:/path"). Parsing happens at channel creation (a bad target raises ValueError there); DNS lookups happen
-off the caller's thread (see _subchannels)."""
+off the caller's thread (resolution.py)."""
 
 from __future__ import annotations
 
 import ipaddress
-import socket
 from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 DEFAULT_PORT = 443
+DNS_PORT = 53
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Target:
     port: int
     authority: str                   # what the subchannels send as :authority
     addresses: Tuple[str, ...] = ()  # static targets: the subchannel targets
+    dns_server: Optional[Tuple[str, int]] = None  # dns://server[:port]/…: the DNS server to ask (else the system's)
 
 
 def _port(text: str, target: str) -> int:
@@ -102,15 +103,15 @@ def parse_target(target: str) -> Target:
         host = first.rsplit(":", 1)[0].strip("[]")
         return Target("static", host, 0, first, addresses)
     body = target
+    server = None
     if target.startswith("dns:"):
         body = target[4:]
         if body.startswith("//"):
             slash = body.find("/", 2)
             if slash < 0:
-                raise ValueError(f"target {target!r}: expected dns://[authority]/host[:port]")
-            if slash > 2:  # a DNS server to ask: grpc_retry asks the system's resolver only
-                raise ValueError(f"target {target!r}: a DNS authority ({body[2:slash]!r}) is not supported; "
-                                 f"use dns:///{body[slash + 1:]} for the system's resolver")
+                raise ValueError(f"target {target!r}: expected dns://[server[:port]]/host[:port]")
+            if slash > 2:
+                server = _dns_server(body[2:slash], target)
             body = body[slash + 1:]
     elif "://" in target:
         raise ValueError(f"target {target!r}: unsupported scheme {target.split(':', 1)[0]!r} "
@@ -119,20 +120,16 @@ def parse_target(target: str) -> Target:
     ip = _literal(host)
     if ip is not None:
         return Target("static", host, port, body, (address_target(str(ip), port),))
-    return Target("dns", host, port, body)
+    return Target("dns", host, port, body, dns_server=server)
 
 
-def resolve(target: Target) -> List[str]:
-    """Every A and AAAA record of a dns target, as subchannel targets, in the resolver's order (blocking)."""
-    if target.scheme != "dns":
-        return list(target.addresses)
-    infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    seen, out = set(), []
-    for family, _, _, _, sockaddr in infos:
-        if family not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        address = address_target(str(sockaddr[0]), target.port)
-        if address not in seen:
-            seen.add(address)
-            out.append(address)
-    return out
+def _dns_server(authority: str, target: str) -> Tuple[str, int]:
+    """The DNS server of a dns://server[:port]/ target: an IP address (as gRPC's resolver needs), port 53."""
+    text = authority if authority.startswith("[") or authority.count(":") == 1 else \
+        (f"[{authority}]" if ":" in authority else authority)
+    host, port = _split_host_port(text, target)
+    if port == DEFAULT_PORT and not text.endswith(":443"):
+        port = DNS_PORT
+    if _literal(host) is None:
+        raise ValueError(f"target {target!r}: the DNS server {authority!r} must be an IP address[:port]")
+    return host, port

@@ -1,0 +1,99 @@
+"""asyncio subchannels: grpc.aio channels on the channel's loop, each watched by a task awaiting its state
+changes (grpc.aio's completion queue wakes it: no thread, no polling). Lookups answer on the resolver thread;
+their addresses are applied on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, List, Optional
+
+import grpc
+
+from grpc_retry import _grpc_internals as internals
+from grpc_retry._backends.subchannels import Subchannels
+
+
+class AioSubchannels(Subchannels):
+    def __init__(self, *args: Any) -> None:
+        self._tasks: List[Optional[asyncio.Task[Any]]] = []
+        # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
+        # warning on Python 3.12+).
+        self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
+        super().__init__(*args)
+
+    def _make_channel(self, address: str) -> Any:
+        return internals.new_aio_channel(address, self._options, self._credentials, self._compression)
+
+    def _closed_error(self) -> Exception:
+        return grpc.aio.UsageError("Channel is closed.")
+
+    def on_resolution(self, addresses: List[str], error: Optional[str]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply, addresses, error)
+
+    def _watch(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
+        while len(self._tasks) <= index:
+            self._tasks.append(None)
+        self._tasks[index] = asyncio.get_running_loop().create_task(self._watch_loop(index, channel, connect))
+
+    def _unwatch(self, index: int) -> None:
+        if index < len(self._tasks):
+            task, self._tasks[index] = self._tasks[index], None
+            if task is not None:
+                task.cancel()
+
+    def _touch(self, index: int, channel: Any, connect: bool) -> None:
+        if connect:
+            try:
+                channel.get_state(True)
+            except (grpc.aio.UsageError, RuntimeError, ValueError):  # closed meanwhile
+                pass
+
+    async def _watch_loop(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
+        try:
+            state = channel.get_state(connect)
+            while True:
+                self.on_state(index, channel, state.value[0])
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(False)
+        except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
+            return
+
+    def _close_channel(self, channel: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.create_task(channel.close())
+
+    async def wait_change(self, timeout: Optional[float], since: Optional[int] = None) -> None:
+        """Wait for the next change (or one after generation `since`), or `timeout`."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(_settle, future)
+
+        if not self.when_changed(self.generation if since is None else since, wake):
+            return
+        try:
+            await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.remove_listener(wake)
+
+    async def close(self, grace: Optional[float] = None) -> None:
+        channels = self._take_all()
+        for channel in channels:
+            if channel is not None:
+                await channel.close(grace)
+        # The attempts this cancelled finish in C-core a moment later; let their completions run on this loop
+        # now, or grpc.aio hands them to a loop that may be closed by then (and drops other loops' events).
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self._notify()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

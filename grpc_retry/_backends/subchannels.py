@@ -1,0 +1,326 @@
+"""The set of a channel's subchannels: one grpcio channel per resolved address (C-core's retries off), in slots
+the compiled picker chooses from, living as C-core's subchannels do.
+
+- Slots. An address keeps its slot while it is resolved. One that vanishes is closed and its slot parked
+  (SHUTDOWN); if it comes back before the slot is reused it gets the same slot, and calls still remember using it.
+  A new address takes the oldest parked slot (reborn: calls forget they used it, picker.pyx.pxi), else a new one,
+  so a channel whose backends churn for weeks stays the size of its largest live set.
+- Lifecycle. Under round_robin every subchannel connects once the channel is first used, and one that goes IDLE
+  (GOAWAY, graceful shutdown, idle timeout) is reconnected at once; under pick_first it reconnects on the next
+  pick (the attempt connects it). A subchannel in TRANSIENT_FAILURE keeps reconnecting with gRPC's backoff: its
+  grpcio channel does that itself.
+- Re-resolution. A `dns:` name is looked up again whenever a subchannel leaves READY or fails to connect, and
+  every `dns_refresh` seconds; the lookups are shared with the process's other channels (resolution.py).
+
+The flavors (sync.py, aio.py) make and watch the grpcio channels; this module decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import grpc
+
+from grpc_retry._backends.resolution import Lookup, shared_lookup
+from grpc_retry._backends.target import parse_target
+from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
+from grpc_retry._options import RetryOptions
+
+log = logging.getLogger("grpc_retry")
+
+IDLE = 0
+CONNECTING = 1
+READY = 2
+TRANSIENT_FAILURE = 3
+SHUTDOWN = 4
+
+
+class Subchannels:
+    def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
+                 compression: Optional[grpc.Compression]) -> None:
+        self.target = parse_target(target)
+        self._credentials = credentials
+        self.secure = credentials is not None
+        self._compression = compression
+        self._options = self._subchannel_options(options)
+        self.refresh = options.dns_refresh
+        self.min_interval = options.dns_min_interval
+        self.picker = Picker(ROUND_ROBIN if options.lb_policy == "round_robin" else PICK_FIRST, 0)
+        # round_robin spreads over every address, so it keeps them all connected (as grpc's does); pick_first
+        # connects one at a time, in order.
+        self._eager = options.lb_policy == "round_robin"
+        self.active = False       # first used: from then on, round_robin keeps every subchannel connected
+        self._connecting = False  # try_to_connect asked for a connection and none is READY yet
+        self.addresses: List[str] = []           # per slot: its address (a parked slot: the one it had)
+        self._slot_of: Dict[str, int] = {}       # address -> slot, live or parked
+        self._parked: List[int] = []             # slots whose address vanished, oldest first
+        self._channels: List[Any] = []           # per slot: its grpcio channel, or None
+        self._lock = threading.RLock()
+        self._listeners: List[Callable[[], None]] = []   # one-shot: waiters for the next change
+        self._watchers: List[Callable[[], None]] = []    # persistent: connectivity subscribers
+        self.resolution_error: Optional[str] = None
+        self.closed = False
+        self._lookup: Optional[Lookup] = None
+        if self.target.scheme == "static":
+            self._apply(list(self.target.addresses), None)
+        else:
+            self._lookup = shared_lookup(self.target)
+            self._lookup.subscribe(self)
+
+    def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
+        extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
+        given = dict(options.passthrough)
+        # Subchannels are reached by address; they speak for the original name, as grpcio's channel would —
+        # or, on a secure channel with grpc.ssl_target_name_override, for that name, as grpcio's does.
+        if "grpc.default_authority" not in given:
+            override = given.get("grpc.ssl_target_name_override") if self._credentials is not None else None
+            extra.append(("grpc.default_authority", override if override is not None else self.target.authority))
+        if self._credentials is not None and "grpc.ssl_target_name_override" not in given and self.target.host:
+            extra.append(("grpc.ssl_target_name_override", self.target.host))
+        return list(options.passthrough) + extra
+
+    # -- resolution -------------------------------------------------------------------------------------
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self._slot_of) or self.resolution_error is not None
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change: a waiter that read it before looking at the states cannot miss a change."""
+        return self.picker.generation
+
+    @property
+    def live_addresses(self) -> List[str]:
+        return [a for a, slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN]
+
+    def on_resolution(self, addresses: List[str], error: Optional[str]) -> None:
+        """A lookup's answer (on the resolver thread): the flavor applies it where it makes subchannels."""
+        self._apply(addresses, error)
+
+    def _apply(self, addresses: List[str], error: Optional[str]) -> None:
+        new: List[int] = []
+        gone: List[Any] = []
+        with self._lock:
+            if self.closed:
+                return
+            if addresses:
+                self.resolution_error = None
+                wanted = dict.fromkeys(addresses)
+                for address, slot in self._slot_of.items():
+                    if address not in wanted and self.picker.state(slot) != SHUTDOWN:
+                        gone.append(self._park(slot))
+                for address in wanted:
+                    slot = self._slot_of.get(address, -1)
+                    if slot >= 0 and self.picker.state(slot) != SHUTDOWN:
+                        continue
+                    new.append(self._place(address, slot))
+            elif not self.live_addresses:
+                self.resolution_error = error
+            self.picker.resolved = self.resolved
+            start = self.active and self._eager
+        for channel in gone:
+            if channel is not None:
+                self._close_channel(channel)
+        if error and self._lookup is not None and not self.live_addresses:
+            self._lookup.reresolve(self)  # nothing to connect to: look again when the interval allows
+        if start:
+            for slot in new:
+                self.channel(slot, connect=True)
+        elif self._connecting:
+            self._connect_next()  # a connect asked for before the name resolved
+        self._notify()
+
+    def _park(self, slot: int) -> Any:
+        """The slot's address vanished: SHUTDOWN, its channel (returned) to be closed."""
+        self.picker.set_state(slot, SHUTDOWN)
+        self._parked.append(slot)
+        channel, self._channels[slot] = self._channels[slot], None
+        self._unwatch(slot)
+        return channel
+
+    def _place(self, address: str, parked: int) -> int:
+        """A slot for a new (or returning) address, IDLE."""
+        if parked >= 0:  # back before its slot was reused: calls still remember it
+            self._parked.remove(parked)
+            self.picker.set_state(parked, IDLE)
+            return parked
+        if self._parked:
+            slot = self._parked.pop(0)
+            del self._slot_of[self.addresses[slot]]
+            self.addresses[slot] = address
+            self.picker.reborn(slot)
+        else:
+            slot = len(self.addresses)
+            self.addresses.append(address)
+            self._channels.append(None)
+            self.picker.resize(slot + 1)
+        self._slot_of[address] = slot
+        return slot
+
+    # -- subchannels ------------------------------------------------------------------------------------
+
+    def channel(self, index: int, connect: bool = False) -> Any:
+        """The grpcio channel of slot `index`, made on first use; `connect`: make it connect now."""
+        channel = self._channels[index]
+        if channel is None or not self.active:
+            return self._first_use(index, connect)
+        if connect or self.picker.state(index) != READY:
+            self._touch(index, channel, connect)
+        return channel
+
+    def _first_use(self, index: int, connect: bool) -> Any:
+        with self._lock:
+            if self.closed:
+                raise self._closed_error()
+            activate, self.active = not self.active, True
+            channel = self._channels[index]
+            if channel is None and self.picker.state(index) == SHUTDOWN:
+                # Its address vanished between the pick and now (a lookup on another thread): the attempt goes
+                # to the subchannel a fresh pick gives, rather than fail.
+                other = self.picker.pick(0)
+                if other < 0:
+                    raise ValueError("no subchannel left to start the attempt on")
+                index, channel = other, self._channels[other]
+            if channel is None:
+                channel = self._channels[index] = self._make_channel(self.addresses[index])
+                self._watch(index, channel, connect)
+                connect = False
+        if connect:
+            self._touch(index, channel, True)
+        if activate and self._eager:
+            self._connect_all()
+        return channel
+
+    def _connect_all(self) -> None:
+        for slot in self._slot_of.values():
+            if self.picker.state(slot) != SHUTDOWN and not self.closed:
+                self.channel(slot, connect=True)
+
+    def on_state(self, index: int, channel: Any, state: int) -> None:
+        """Slot `index`'s grpcio channel `channel` is now in `state` (the flavor's watcher tells)."""
+        with self._lock:
+            if self._channels[index] is not channel:
+                return  # closed or replaced since
+            previous = self.picker.state(index)
+            self.picker.set_state(index, state)
+        if state == READY:
+            self._connecting = False
+        elif state == TRANSIENT_FAILURE and self._connecting:
+            self._connect_next()
+        if state == IDLE and self._eager and self.active and not self.closed:
+            self._touch(index, channel, True)  # round_robin: a subchannel that lost its connection reconnects
+        if self._lookup is not None and state != previous and (previous == READY or state == TRANSIENT_FAILURE):
+            self._lookup.reresolve(self)  # a backend lost, or unreachable: has the name moved?
+        self._notify()
+
+    # -- waiting for a change ---------------------------------------------------------------------------
+
+    def when_changed(self, since: int, listener: Callable[[], None]) -> bool:
+        """Call `listener` once at the next change, unless generation already moved past `since`
+        (then False, and nothing is registered: the caller looks again)."""
+        with self._lock:
+            if self.generation != since:
+                return False
+            self._listeners.append(listener)
+            return True
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            try:
+                self._listeners.remove(listener)
+            except ValueError:
+                pass
+
+    def watch(self, watcher: Callable[[], None], add: bool = True) -> None:
+        with self._lock:
+            if add:
+                self._watchers.append(watcher)
+            elif watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def aggregate_state(self) -> grpc.ChannelConnectivity:
+        """The channel's connectivity as grpcio reports it for one channel: READY if any subchannel is; SHUTDOWN
+        once closed; TRANSIENT_FAILURE when the name did not resolve."""
+        if self.closed:
+            return grpc.ChannelConnectivity.SHUTDOWN
+        states = [s for s in self.picker.states() if s != SHUTDOWN]
+        if not states and self.resolution_error is not None:
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        for value, state in ((READY, grpc.ChannelConnectivity.READY),
+                             (CONNECTING, grpc.ChannelConnectivity.CONNECTING)):
+            if value in states:
+                return state
+        if states and all(s == TRANSIENT_FAILURE for s in states):
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        return grpc.ChannelConnectivity.IDLE
+
+    def connect(self) -> None:
+        """try_to_connect: start the subchannel the picker would use first and, as grpcio's pick_first does,
+        the next one each time one fails, until one is READY (round_robin: all of them)."""
+        self._connecting = True
+        self._connect_next()
+
+    def _connect_next(self) -> None:
+        if self._slot_of and not self.closed:
+            index = self.picker.pick(0)
+            if index >= 0 and self.picker.state(index) == IDLE:
+                try:
+                    self.channel(index, connect=True)
+                except ValueError:  # closed meanwhile
+                    pass
+
+    def _notify(self) -> None:
+        with self._lock:
+            self.picker.generation += 1
+            listeners, self._listeners = self._listeners, []
+            listeners += self._watchers
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("subchannel listener failed")
+
+    def unavailable_details(self) -> str:
+        if self.resolution_error:
+            return self.resolution_error
+        return f"failed to connect to all addresses of {self.target.authority!r}"
+
+    def states(self) -> List[grpc.ChannelConnectivity]:
+        by_value = {c.value[0]: c for c in grpc.ChannelConnectivity}
+        return [by_value[s] for s in self.picker.states()]
+
+    def _take_all(self) -> List[Any]:
+        """Closing: every grpcio channel, taken out; no more lookups."""
+        with self._lock:
+            self.closed = True
+            channels, self._channels = self._channels, [None] * len(self._channels)
+            for slot in range(len(channels)):
+                self._unwatch(slot)
+        if self._lookup is not None:
+            self._lookup.unsubscribe(self)
+        return channels
+
+    # -- flavor hooks -----------------------------------------------------------------------------------
+
+    def _make_channel(self, address: str) -> Any:
+        raise NotImplementedError
+
+    def _watch(self, index: int, channel: Any, connect: bool) -> None:
+        """Watch slot `index`'s new grpcio channel (and start connecting it if `connect`)."""
+        raise NotImplementedError
+
+    def _unwatch(self, index: int) -> None:
+        """Slot `index`'s channel is gone (under the lock)."""
+
+    def _touch(self, index: int, channel: Any, connect: bool) -> None:
+        """An attempt is going to slot `index`, which is not READY (or `connect`: make it connect)."""
+        raise NotImplementedError
+
+    def _close_channel(self, channel: Any) -> None:
+        raise NotImplementedError
+
+    def _closed_error(self) -> Exception:
+        return ValueError("Cannot invoke RPC on closed channel!")

@@ -1,0 +1,265 @@
+"""Sync subchannels, their connectivity watched by one thread for the whole process.
+
+grpcio's sync API watches a channel's connectivity with a thread per channel (subscribe(), or a blocking
+watch_connectivity_state() on the channel's own completion queue): 600 subchannels would be 600 threads, each
+sitting inside a blocking grpcio call, which also stops grpcio's fork handlers. Here one poller thread reads every
+subchannel's state with the non-blocking check (0.3 µs each), as often as its state needs: a subchannel that is
+connecting, or that an attempt was just sent to while not READY, every 5 ms; one that is down, every 250 ms; a
+READY or unused one, every second — and at once when something tells it to look (an attempt sent to it, a kick).
+The thread never blocks in grpcio, ends when no subchannel is left, and does not outlive a fork.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from time import monotonic
+from typing import Any, Callable, Dict, List, Optional
+
+import grpc
+
+from grpc_retry import _grpc_internals as internals
+from grpc_retry._backends.subchannels import CONNECTING, READY, TRANSIENT_FAILURE, Subchannels, log
+
+FAST, MEDIUM, SLOW = 0.005, 0.25, 1.0
+HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
+
+
+class _Entry:
+    """One watched subchannel."""
+
+    __slots__ = ("owner", "index", "channel", "state", "hot_until", "period", "dead")
+
+    def __init__(self, owner: SyncSubchannels, index: int, channel: grpc.Channel) -> None:
+        self.owner = weakref.ref(owner)  # a channel dropped without close() is not kept alive by its poller
+        self.index = index
+        self.channel = channel
+        self.state = -1  # not read yet
+        self.hot_until = 0.0
+        self.period = FAST
+        self.dead = False
+
+
+class Poller:
+    """The process's connectivity poller: entries grouped by how often they are read."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._groups: Dict[float, List[_Entry]] = {FAST: [], MEDIUM: [], SLOW: []}
+        self._due: Dict[float, float] = {FAST: 0.0, MEDIUM: 0.0, SLOW: 0.0}
+        self._count = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, entry: _Entry, hot: bool) -> None:
+        if hot:
+            entry.hot_until = monotonic() + HOT
+        with self._cond:
+            self._groups[FAST].append(entry)
+            self._count += 1
+            self._due[FAST] = 0.0
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="grpc_retry-connectivity", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def poke(self, entry: _Entry) -> None:
+        """Look at this entry soon, and often for a while."""
+        entry.hot_until = monotonic() + HOT
+        if entry.period != FAST:
+            with self._cond:
+                if entry.period != FAST and not entry.dead:
+                    self._groups[entry.period].remove(entry)
+                    entry.period = FAST
+                    self._groups[FAST].append(entry)
+                    self._due[FAST] = 0.0
+                    self._cond.notify()
+
+    def remove(self, entry: _Entry) -> None:
+        entry.dead = True  # dropped at its group's next sweep
+
+    def entries(self) -> int:
+        with self._cond:
+            return self._count
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._count == 0:
+                        self._thread = None
+                        return
+                    now = monotonic()
+                    due = [period for period, group in self._groups.items() if group and self._due[period] <= now]
+                    if due:
+                        break
+                    wake = min(self._due[p] for p, group in self._groups.items() if group)
+                    self._cond.wait(wake - now)
+                sweeps = [(period, list(self._groups[period])) for period in due]
+                for period in due:
+                    self._due[period] = now + period
+            moves = []
+            for period, group in sweeps:
+                for entry in group:
+                    wanted = self._read(entry, now)
+                    if wanted != period:
+                        moves.append((entry, period, wanted))
+            if moves:
+                with self._cond:
+                    for entry, period, wanted in moves:
+                        if entry.period != period:
+                            continue  # poked meanwhile
+                        self._groups[period].remove(entry)
+                        if wanted < 0:
+                            self._count -= 1
+                            continue
+                        entry.period = wanted
+                        self._groups[wanted].append(entry)
+                        self._due[wanted] = min(self._due[wanted], now + wanted)
+            sweeps = moves = []  # type: ignore[assignment]
+
+    def _read(self, entry: _Entry, now: float) -> float:
+        """Read one entry's state, tell its owner of a change; the period it wants next (-1: drop it)."""
+        owner = entry.owner()
+        if entry.dead or owner is None:
+            entry.dead = True
+            return -1
+        try:
+            state = internals.sync_connectivity(entry.channel, False)
+        except ValueError:  # closed
+            entry.dead = True
+            return -1
+        if state != entry.state:
+            entry.state = state
+            try:
+                owner.on_state(entry.index, entry.channel, state)
+            except Exception:
+                log.exception("grpc_retry: connectivity change failed")
+        if state == CONNECTING or entry.hot_until > now:
+            return FAST
+        if state == TRANSIENT_FAILURE or (state != READY and owner.active and owner.eager):
+            return MEDIUM
+        return SLOW
+
+    def _after_fork(self) -> None:
+        # The thread did not come along; the parent's subchannels are unusable in the child.
+        self._cond = threading.Condition(threading.Lock())
+        self._groups = {FAST: [], MEDIUM: [], SLOW: []}
+        self._count = 0
+        self._thread = None
+
+
+POLLER = Poller()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=POLLER._after_fork)
+
+
+class SyncSubchannels(Subchannels):
+    def __init__(self, *args: Any) -> None:
+        self._entries: List[Optional[_Entry]] = []
+        super().__init__(*args)
+
+    @property
+    def eager(self) -> bool:
+        return self._eager
+
+    def _make_channel(self, address: str) -> Any:
+        return internals.new_sync_channel(address, self._options, self._credentials, self._compression)
+
+    def _watch(self, index: int, channel: grpc.Channel, connect: bool) -> None:
+        if connect:
+            internals.sync_connectivity(channel, True)
+        entry = _Entry(self, index, channel)
+        while len(self._entries) <= index:
+            self._entries.append(None)
+        self._entries[index] = entry
+        POLLER.add(entry, connect)
+
+    def _unwatch(self, index: int) -> None:
+        if index < len(self._entries):
+            entry, self._entries[index] = self._entries[index], None
+            if entry is not None:
+                POLLER.remove(entry)
+
+    def _touch(self, index: int, channel: Any, connect: bool) -> None:
+        if connect:
+            try:
+                internals.sync_connectivity(channel, True)
+            except ValueError:  # closed meanwhile
+                return
+        entry = self._entries[index] if index < len(self._entries) else None
+        if entry is not None:
+            POLLER.poke(entry)
+
+    def _close_channel(self, channel: Any) -> None:
+        # Nothing waits on a subchannel's connectivity: grpcio's close cancels its calls and returns.
+        channel.close()
+
+    def wait_change(self, timeout: Optional[float], since: Optional[int] = None,
+                    event: Optional[threading.Event] = None) -> None:
+        """Block until the next change (or one after generation `since`), `timeout` or `event` is set
+        (the caller's way to cut the wait short)."""
+        event = event if event is not None else threading.Event()
+        if since is None:
+            since = self.generation
+        if not self.when_changed(since, event.set):
+            return
+        try:
+            event.wait(timeout)
+        finally:
+            self.remove_listener(event.set)
+
+    def close(self) -> None:
+        for channel in self._take_all():
+            if channel is not None:
+                self._close_channel(channel)
+        self._notify()
+
+
+def serially(fn: Callable[[], None]) -> None:
+    """Run fn on the process's callbacks thread (subscribe() callbacks: the application's code, which may block,
+    never runs on the poller)."""
+    CALLBACKS.submit(fn)
+
+
+class _Callbacks:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: List[Callable[[], None]] = []
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._queue.append(fn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="grpc_retry-callbacks", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(1.0)
+            with self._lock:
+                self._wake.clear()
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._thread = None
+                    return
+            for fn in batch:
+                try:
+                    fn()
+                except Exception:
+                    log.exception("grpc_retry: callback failed")
+            batch = fn = None  # type: ignore[assignment]
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._queue = []
+        self._wake = threading.Event()
+        self._thread = None
+
+
+CALLBACKS = _Callbacks()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=CALLBACKS._after_fork)
