@@ -1,0 +1,199 @@
+"""Backends that come and go, as in a deployment: pods in processes of their own (stopped gracefully, restarted on
+their address), a real DNS server on loopback whose answers change, and a client process per API (sync and
+asyncio side by side) calling all the while (tests/support/deploy.py). Short settings keep each scenario to
+seconds: a 0.5 s minimum between lookups, a 1 s refresh where the scenario needs one, reconnect backoff ≤ 0.5 s.
+
+Also what idle channels cost: threads, idle CPU and close time at 600 and 300 subchannels, beside grpcio."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from support import deploy
+from support.dns_server import DnsServer
+from support.pod import Pod
+
+import grpc_retry
+import grpc_retry.aio
+
+KINDS = ["grpc_retry", "grpc_retry.aio"]
+QUICK = dict(min_interval_ms=500, reconnect_max_ms=500)
+SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
+
+
+def run(scenario: str, **settings):
+    results = deploy.run(scenario, KINDS, deploy.Settings(**{**QUICK, **settings}))
+    for result in results:
+        assert len(result.calls) > 500, result.as_dict()  # the client really called all along
+    return results
+
+
+def test_a_backend_restarted_on_its_address_gets_calls_again():
+    for result in run("restart", gap=2.0, after=6.0):
+        assert result.failed == 0, result.as_dict()
+        assert result.figure is not None and result.figure < 2.5, result.as_dict()
+
+
+def test_one_pod_replaced_is_found_when_the_old_one_goes():
+    """No refresh: the lost connection alone makes the name be looked up again."""
+    for result in run("replace", refresh_ms=0, after=5.0):
+        assert result.failed == 0, result.as_dict()
+        assert result.figure is not None and result.figure < 3.0, result.as_dict()
+
+
+def test_scale_up_is_seen_when_old_pods_close_connections_by_age():
+    for result in run("scale_up_age", refresh_ms=0, after=7.0):
+        assert result.failed == 0, result.as_dict()
+        assert result.figure is not None and result.figure < 6.0, result.as_dict()
+
+
+def test_scale_up_is_seen_within_a_refresh_with_no_connection_lost():
+    for result in run("scale_up", refresh_ms=1000, after=5.0):
+        assert result.failed == 0, result.as_dict()
+        assert result.figure is not None and result.figure < 3.5, result.as_dict()
+
+
+def test_scale_up_is_not_looked_for_with_refresh_off():
+    """dns_refresh_ms 0 is gRPC's behaviour: with no connection lost, the name is never looked up again."""
+    for result in run("scale_up", refresh_ms=0, after=3.0):
+        assert result.failed == 0 and result.figure is None, result.as_dict()
+
+
+def test_a_rolling_deploy_with_surge_fails_no_call():
+    for result in run("rolling", refresh_ms=1000, surge=2.0, gap=1.0, after=11.0):
+        assert result.failed == 0, result.as_dict()
+        assert len(result.extra["last_responders"]) == 3, result.as_dict()
+        assert all(r.rsplit(":", 1)[0] in ("127.0.0.5", "127.0.0.6", "127.0.0.7")
+                   for r in result.extra["last_responders"]), result.as_dict()
+
+
+def test_every_pod_replaced_at_once():
+    for result in run("all_replaced", refresh_ms=1000, surge=2.0, after=6.0):
+        assert result.failed == 0, result.as_dict()
+        assert [r.rsplit(":", 1)[0] for r in result.extra["last_responders"]] == \
+            ["127.0.0.5", "127.0.0.6", "127.0.0.7"], result.as_dict()
+
+
+@pytest.mark.parametrize("api", ["sync", "aio"])
+def test_dns_authority_is_the_server_asked_as_on_grpcio(api):
+    """dns://127.0.0.1:PORT/name:port asks that server, for grpcio and grpc_retry alike; one lookup serves every
+    channel made at once to the name."""
+    dns = DnsServer()
+    port = deploy.free_port(["127.0.0.2"])
+    pod = Pod("127.0.0.2", port)
+    try:
+        dns.set("authority.test", ["127.0.0.2"])
+        target = dns.target("authority.test", port)
+        answers = []
+        if api == "sync":
+            for module in (grpc, grpc_retry):
+                with module.insecure_channel(target) as channel:
+                    answers.append(channel.unary_unary(deploy.UNARY)(b"", timeout=10))
+        else:
+            async def call(module):
+                async with module.insecure_channel(target) as channel:
+                    return await channel.unary_unary(deploy.UNARY)(b"", timeout=10)
+
+            import asyncio
+            answers = [asyncio.run(call(grpc.aio)), asyncio.run(call(grpc_retry.aio))]
+        assert answers == [pod.address.encode()] * 2
+        assert dns.count("authority.test") >= 2  # each client asked the server (A, and AAAA for grpcio)
+    finally:
+        pod.kill()
+        dns.close()
+
+
+def test_one_lookup_per_refresh_for_many_channels_to_a_name():
+    dns = DnsServer()
+    port = deploy.free_port(["127.0.0.2"])
+    pod = Pod("127.0.0.2", port)
+    try:
+        dns.set("shared.test", ["127.0.0.2"])
+        options = [("grpc_retry.dns_refresh_ms", 500)]
+        channels = [grpc_retry.insecure_channel(dns.target("shared.test", port), options=options)
+                    for _ in range(50)]
+        for channel in channels:
+            channel.unary_unary(deploy.UNARY)(b"", timeout=10)
+        first = dns.count("shared.test")
+        time.sleep(2.2)
+        refreshes = (dns.count("shared.test") - first) / 2  # A and AAAA per lookup
+        assert 3 <= refreshes <= 6, (first, refreshes)  # ~4 lookups in 2.2 s at 500 ms: not 50 x 4
+        for channel in channels:
+            channel.close()
+        after_close = dns.count("shared.test")
+        time.sleep(1.2)
+        assert dns.count("shared.test") == after_close  # closed channels are no longer refreshed
+    finally:
+        pod.kill()
+        dns.close()
+
+
+@pytest.fixture(scope="module")
+def wildcard_pod():
+    """One server on 0.0.0.0: every 127.x.y.z address reaches it, so a channel can have hundreds of addresses."""
+    port = deploy.free_port(["0.0.0.0"])
+    pod = Pod("0.0.0.0", port)
+    yield port
+    pod.kill()
+
+
+def measure(kind: str, channels: int, addresses: int, port: int) -> dict:
+    done = subprocess.run([sys.executable, os.path.join(SUPPORT, "resources.py"), kind, str(channels),
+                           str(addresses), str(port), "4"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("channels, addresses", [(200, 3), (1, 300)])
+def test_idle_sync_channels_cost_what_grpcio_channels_cost(wildcard_pod, channels, addresses):
+    """No thread per subchannel: a constant few beyond grpcio's, idle CPU near grpcio's, a quick close."""
+    grpcio, ours = (measure(kind, channels, addresses, wildcard_pod) for kind in ("grpc", "grpc_retry"))
+    assert ours["threads"] - grpcio["threads"] <= 4, (grpcio, ours)
+    # Generous bounds (the machine is shared); README has the figures of a quiet run.
+    assert ours["idle_cpu_percent"] - grpcio["idle_cpu_percent"] < 0.5, (grpcio, ours)
+    assert ours["close_ms_max"] < 50, ours
+
+
+def test_a_sync_channel_left_open_holds_no_thread_in_grpcio_across_fork(wildcard_pod):
+    """grpcio's fork handlers skip when a thread is inside a blocking grpcio call: none of ours is."""
+    code = f"""
+import os, sys, time, grpc_retry
+channel = grpc_retry.insecure_channel("ipv4:127.0.0.2:{wildcard_pod},127.0.0.3:{wildcard_pod}",
+                                      options=[("grpc.lb_policy_name", "round_robin")])
+channel.unary_unary("{deploy.UNARY}")(b"", timeout=10)
+time.sleep(0.5)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+channel.close()
+"""
+    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "1", "GRPC_VERBOSITY": "INFO"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skipping fork() handlers" not in done.stderr, done.stderr[-3000:]
+
+
+def test_threads_stay_few_while_channels_come_and_go(wildcard_pod):
+    """Channels made and closed by the hundred, calls on each: grpc_retry's threads stay a constant few."""
+    import threading as th
+
+    before = {t.name for t in th.enumerate()}
+    peak = 0
+    for _ in range(5):
+        channels = [grpc_retry.insecure_channel(f"ipv4:127.0.0.2:{wildcard_pod},127.0.0.3:{wildcard_pod}",
+                                                options=[("grpc.lb_policy_name", "round_robin")])
+                    for _ in range(40)]
+        for channel in channels:
+            channel.unary_unary(deploy.UNARY)(b"", timeout=10)
+        ours = [t for t in th.enumerate() if t.name.startswith("grpc_retry") and t.name not in before]
+        peak = max(peak, len(ours))
+        for channel in channels:
+            channel.close()
+    assert peak <= 4, peak
