@@ -14,7 +14,12 @@ after their call ended; threads, fds, tasks and live call objects before, at the
 `--check` it exits 1 if a grpc_retry client has a call never ended, ended twice or late, a hung worker, an orphan
 attempt or a leak.
 
-Usage: python bench/soak.py [--seconds 30] [--check]
+With `--deploy` it runs a deployment soak instead: rolling deploys with surge behind a real DNS server on loopback,
+every client in a process of its own through the same `dns://` target; `--check` fails on any failed call of a
+grpc_retry client (grpcio, which looks its name up again only on a lost connection and at most every 30 s, fails
+calls there).
+
+Usage: python bench/soak.py [--seconds 30] [--check] [--deploy]
 """
 
 from __future__ import annotations
@@ -390,9 +395,13 @@ def main() -> int:
     parser.add_argument("--sync-concurrency", type=int, default=32, help="threads making calls per sync client")
     parser.add_argument("--clients", default=",".join(CLIENTS), help="which clients, comma-separated")
     parser.add_argument("--check", action="store_true", help="exit 1 on any defect of a grpc_retry client")
+    parser.add_argument("--deploy", action="store_true",
+                        help="rolling deploys with surge behind a real DNS server instead of kills and faults")
     args = parser.parse_args()
 
     sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))  # the raw HTTP/2 peer the tests use
+    if args.deploy:
+        return deploy_mode(args)
     from support.h2_fault import MIXED, H2FaultServer
 
     context = multiprocessing.get_context("spawn")
@@ -440,6 +449,30 @@ def main() -> int:
             failed = True
     print(json.dumps({"seconds": args.seconds, "elapsed": round(time.monotonic() - started, 1),
                       "backend_kills": backends.kills, "defects": failed}))
+    return 1 if args.check and failed else 0
+
+
+def deploy_mode(args: argparse.Namespace) -> int:
+    """--deploy: the fleet of 3 pods is replaced again and again, one pod at a time with surge (each new pod in DNS
+    3 s before its old one leaves DNS and stops gracefully, 1 s between pods), while a client of each kind calls
+    through `dns://127.0.0.1:PORT/svc.test:PORT` with a retry policy; grpc_retry's with dns_refresh_ms 2000,
+    grpcio's with its own defaults. With --check, any failed call of a grpc_retry client is a defect."""
+    from support import deploy
+
+    per_round = 3 * (3.0 + 1.0)
+    rounds = max(1, int(args.seconds // per_round))
+    clients = [c for c in args.clients.split(",") if c]
+    settings = deploy.Settings(refresh_ms=2000, surge=3.0, gap=1.0, rounds=rounds, after=rounds * per_round + 3)
+    started = time.monotonic()
+    results = deploy.run("rolling", clients, settings)
+    failed = False
+    for result in results:
+        summary = {"client": result.kind, **result.as_dict()}
+        print(json.dumps(summary))
+        if result.kind.startswith("grpc_retry") and result.failed:
+            failed = True
+    print(json.dumps({"mode": "deploy", "rounds": rounds, "pods_replaced": 3 * rounds,
+                      "elapsed": round(time.monotonic() - started, 1), "defects": failed}))
     return 1 if args.check and failed else 0
 
 

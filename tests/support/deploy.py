@@ -10,7 +10,7 @@ Scenarios (times from the first action):
 - scale_up / scale_up_age: 2 pods become 4 in DNS, with no connection lost / with the pods' max_connection_age;
   figure: seconds until both new pods have answered.
 - rolling: each of 3 pods is replaced with surge (the new pod in DNS `surge` s before the old one leaves DNS and
-  stops gracefully), `gap` s apart; figure: failed calls.
+  stops gracefully), `gap` s apart, `rounds` times over; figure: failed calls.
 - all_replaced: every pod at once (new ones in DNS, then the old ones stop); figure: failed calls.
 
 Used by tests/integration/test_deployments.py, bench/deploy.py and `bench/soak.py --deploy`.
@@ -54,6 +54,7 @@ class Settings:
     after: float = 8.0                      # seconds the clients run after the first action
     gap: float = 3.0                        # restart: seconds down; rolling: between two pods
     surge: float = 2.0                      # rolling: seconds a new pod is in DNS before its old one leaves
+    rounds: int = 1                         # rolling: how many times the whole fleet is replaced
 
     def options(self, kind: str) -> List[Any]:
         options: List[Any] = [("grpc.service_config", SERVICE_CONFIG)]
@@ -86,8 +87,12 @@ class Result:
         return round(min(ends) - after, 2) if ends else None
 
     def as_dict(self) -> Dict[str, Any]:
+        failures: Dict[str, int] = {}
+        for call in self.calls:
+            if call[2] != "OK":
+                failures[call[2]] = failures.get(call[2], 0) + 1
         return {"kind": self.kind, "calls": len(self.calls), "failed": self.failed, "figure": self.figure,
-                **self.extra}
+                **({"failures": failures} if failures else {}), **self.extra}
 
 
 def free_port(hosts: Sequence[str]) -> int:
@@ -112,7 +117,7 @@ class Fleet:
     def __init__(self, dns: Optional[DnsServer], max_age: Optional[float] = None) -> None:
         self.dns = dns
         self.max_age = max_age
-        self.port = free_port([f"127.0.0.{i}" for i in range(2, 12)])
+        self.port = free_port([f"127.0.0.{i}" for i in range(2, 60)])
         self.pods: Dict[str, Pod] = {}
         self._lock = threading.Lock()
 
@@ -214,7 +219,7 @@ def _scale_up(fleet: Fleet, settings: Settings, events: Dict[str, float]) -> Non
 
 def _rolling(fleet: Fleet, settings: Settings, events: Dict[str, float]) -> None:
     live = [0, 1, 2]
-    for old in (0, 1, 2):
+    for old in range(3 * settings.rounds):
         new = old + 3
         fleet.start(new)
         live.append(new)
