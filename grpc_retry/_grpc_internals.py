@@ -412,7 +412,7 @@ def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.Channe
 
 
 def _cygrpc_credentials(credentials: Optional[grpc.ChannelCredentials]) -> Any:
-    return None if credentials is None else credentials._credentials
+    return None if credentials is None else cast(Any, credentials)._credentials
 
 
 def sync_state_reader(channel: Any) -> Callable[[bool], int]:
