@@ -17,17 +17,15 @@ import os
 import socket
 import threading
 import weakref
-from collections import deque
 from time import monotonic
-from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from grpc_retry._backends.target import Target, address_target
+from grpc_retry._serial import SerialThread
 from grpc_retry._timer import TIMERS, TimerHandle
 
 log = logging.getLogger("grpc_retry")
 
-# How long the resolver thread waits for the next lookup before it ends.
-LINGER = 1.0
 # A DNS server that does not answer: give up on it after this long (the previous answer stays in use).
 DNS_TIMEOUT = 5.0
 
@@ -181,47 +179,15 @@ def shared_lookup(target: Target) -> Lookup:
         return found
 
 
-class _Resolver:
-    """One thread for every lookup of the process, started when one is asked for, ended when idle."""
-
-    def __init__(self) -> None:
-        self._queue: Deque[Any] = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._thread: Optional[threading.Thread] = None
-
-    def submit(self, fn: Any) -> None:
-        with self._cond:
-            self._queue.append(fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="grpc_retry-resolver", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._queue and not self._cond.wait(LINGER) and not self._queue:
-                    self._thread = None
-                    return
-                if not self._queue:
-                    continue
-                fn = self._queue.popleft()
-            try:
-                fn()
-            except Exception:
-                log.exception("grpc_retry: lookup failed")
-            fn = None
-
-    def _after_fork(self) -> None:
-        # The thread did not come along: the next submit starts one; lookups queued in the parent are dropped.
-        self._queue.clear()
-        self._cond = threading.Condition(threading.Lock())
-        self._thread = None
-        for found in _lookups.values():
-            found._lock = threading.Lock()
-            found.running, found._timer, found._timer_at = False, None, float("inf")
+RESOLVER = SerialThread("grpc_retry-resolver")
 
 
-RESOLVER = _Resolver()
+def _after_fork() -> None:
+    # Lookups in progress in the parent never answer in the child.
+    for found in _lookups.values():
+        found._lock = threading.Lock()
+        found.running, found._timer, found._timer_at = False, None, float("inf")
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=RESOLVER._after_fork)
+    os.register_at_fork(after_in_child=_after_fork)

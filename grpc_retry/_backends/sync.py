@@ -23,6 +23,7 @@ import grpc
 
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends.subchannels import CONNECTING, READY, TRANSIENT_FAILURE, Subchannels, log
+from grpc_retry._serial import SerialThread
 
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
@@ -262,44 +263,4 @@ def serially(fn: Callable[[], None]) -> None:
     CALLBACKS.submit(fn)
 
 
-class _Callbacks:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: List[Callable[[], None]] = []
-        self._wake = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            self._queue.append(fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="grpc_retry-callbacks", daemon=True)
-                self._thread.start()
-        self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(1.0)
-            with self._lock:
-                self._wake.clear()
-                batch, self._queue = self._queue, []
-                if not batch:
-                    self._thread = None
-                    return
-            for fn in batch:
-                try:
-                    fn()
-                except Exception:
-                    log.exception("grpc_retry: callback failed")
-            batch = fn = None  # type: ignore[assignment]
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._queue = []
-        self._wake = threading.Event()
-        self._thread = None
-
-
-CALLBACKS = _Callbacks()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=CALLBACKS._after_fork)
+CALLBACKS = SerialThread("grpc_retry-callbacks")
