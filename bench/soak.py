@@ -454,12 +454,13 @@ def main() -> int:
 
 def deploy_mode(args: argparse.Namespace) -> int:
     """--deploy: the fleet of 3 pods is replaced again and again, one pod at a time with surge (each new pod in DNS
-    3 s before its old one leaves DNS and stops gracefully, 1 s between pods), while a client of each kind calls
+    3 s before its old one leaves DNS, which stops gracefully 3 s later, 1 s between pods), while a client of each
+    kind calls
     through `dns://127.0.0.1:PORT/svc.test:PORT` with a retry policy; grpc_retry's with dns_refresh_ms 2000,
     grpcio's with its own defaults. With --check, any failed call of a grpc_retry client is a defect."""
     from support import deploy
 
-    per_round = 3 * (3.0 + 1.0)
+    per_round = 3 * (3.0 + 3.0 + 1.0)
     rounds = max(1, int(args.seconds // per_round))
     clients = [c for c in args.clients.split(",") if c]
     settings = deploy.Settings(refresh_ms=2000, surge=3.0, gap=1.0, rounds=rounds, after=rounds * per_round + 3)

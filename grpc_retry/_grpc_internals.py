@@ -426,6 +426,19 @@ def sync_connectivity(channel: Any, try_to_connect: bool) -> int:
     return int(channel._channel.check_connectivity_state(try_to_connect))
 
 
+def sync_calls_in_flight(channel: Any) -> int:
+    """How many calls a sync grpcio channel has running (those made as futures and streams, as grpc_retry's
+    attempts are): the count grpcio keeps to end its channel's spin thread."""
+    return int(channel._call_state.managed_calls)
+
+
+def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
+    """Block until the channel's state differs from `last` (True) or `timeout` passes (False); raises ValueError
+    once the channel is closed. While it blocks, the thread polls grpcio: before grpcio's EventEngine clients
+    (1.70 among them) nothing else makes a sync channel's connection attempt progress when no call is running."""
+    return bool(channel._channel.watch_connectivity_state(last, time.time() + timeout).success)
+
+
 def _decode(value: Any) -> Optional[str]:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

@@ -5,17 +5,18 @@ their addresses are applied on the loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Set
 
 import grpc
 
 from grpc_retry import _grpc_internals as internals
-from grpc_retry._backends.subchannels import Subchannels
+from grpc_retry._backends.subchannels import RETIRE_GRACE, Subchannels
 
 
 class AioSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._tasks: List[Optional[asyncio.Task[Any]]] = []
+        self._retired: Set[Any] = set()  # channels whose address vanished, closing once their calls end
         # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
         # warning on Python 3.12+).
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
@@ -60,10 +61,16 @@ class AioSubchannels(Subchannels):
         except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
             return
 
-    def _close_channel(self, channel: Any) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.create_task(channel.close())
+    def _retire(self, index: int, channel: Any) -> None:
+        self._unwatch(index)
+        self._retired.add(channel)
+        asyncio.get_running_loop().create_task(self._close_retired(channel))  # _apply runs on the loop
+
+    async def _close_retired(self, channel: Any) -> None:
+        try:
+            await channel.close(RETIRE_GRACE)  # grpc.aio's: waits for its calls, up to the grace
+        finally:
+            self._retired.discard(channel)
 
     async def wait_change(self, timeout: Optional[float], since: Optional[int] = None) -> None:
         """Wait for the next change (or one after generation `since`), or `timeout`."""
@@ -83,7 +90,7 @@ class AioSubchannels(Subchannels):
             self.remove_listener(wake)
 
     async def close(self, grace: Optional[float] = None) -> None:
-        channels = self._take_all()
+        channels = self._take_all() + list(self._retired)
         for channel in channels:
             if channel is not None:
                 await channel.close(grace)

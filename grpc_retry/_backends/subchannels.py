@@ -35,6 +35,8 @@ CONNECTING = 1
 READY = 2
 TRANSIENT_FAILURE = 3
 SHUTDOWN = 4
+# The longest a subchannel whose address vanished waits for its attempts in flight before it is closed.
+RETIRE_GRACE = 60.0
 
 
 class Subchannels:
@@ -102,7 +104,6 @@ class Subchannels:
 
     def _apply(self, addresses: List[str], error: Optional[str]) -> None:
         new: List[int] = []
-        gone: List[Any] = []
         with self._lock:
             if self.closed:
                 return
@@ -111,7 +112,7 @@ class Subchannels:
                 wanted = dict.fromkeys(addresses)
                 for address, slot in self._slot_of.items():
                     if address not in wanted and self.picker.state(slot) != SHUTDOWN:
-                        gone.append(self._park(slot))
+                        self._park(slot)
                 for address in wanted:
                     slot = self._slot_of.get(address, -1)
                     if slot >= 0 and self.picker.state(slot) != SHUTDOWN:
@@ -121,9 +122,6 @@ class Subchannels:
                 self.resolution_error = error
             self.picker.resolved = self.resolved
             start = self.active and self._eager
-        for channel in gone:
-            if channel is not None:
-                self._close_channel(channel)
         if error and self._lookup is not None and not self.live_addresses:
             self._lookup.reresolve(self)  # nothing to connect to: look again when the interval allows
         if start:
@@ -133,13 +131,13 @@ class Subchannels:
             self._connect_next()  # a connect asked for before the name resolved
         self._notify()
 
-    def _park(self, slot: int) -> Any:
-        """The slot's address vanished: SHUTDOWN, its channel (returned) to be closed."""
+    def _park(self, slot: int) -> None:
+        """The slot's address vanished: SHUTDOWN (no new attempt goes there); its channel is retired."""
         self.picker.set_state(slot, SHUTDOWN)
         self._parked.append(slot)
         channel, self._channels[slot] = self._channels[slot], None
-        self._unwatch(slot)
-        return channel
+        if channel is not None:
+            self._retire(slot, channel)
 
     def _place(self, address: str, parked: int) -> int:
         """A slot for a new (or returning) address, IDLE."""
@@ -315,11 +313,13 @@ class Subchannels:
     def _unwatch(self, index: int) -> None:
         """Slot `index`'s channel is gone (under the lock)."""
 
-    def _touch(self, index: int, channel: Any, connect: bool) -> None:
-        """An attempt is going to slot `index`, which is not READY (or `connect`: make it connect)."""
+    def _retire(self, index: int, channel: Any) -> None:
+        """(Under the lock.) Slot `index`'s address vanished: close its channel once the attempts in flight on it
+        have ended (at most RETIRE_GRACE later), as C-core lets a removed subchannel's calls finish."""
         raise NotImplementedError
 
-    def _close_channel(self, channel: Any) -> None:
+    def _touch(self, index: int, channel: Any, connect: bool) -> None:
+        """An attempt is going to slot `index`, which is not READY (or `connect`: make it connect)."""
         raise NotImplementedError
 
     def _closed_error(self) -> Exception:

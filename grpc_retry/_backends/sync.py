@@ -8,7 +8,10 @@ connecting, or that an attempt was just sent to while not READY, every 5 ms; one
 READY or unused one every 2 s (at 1 s, 600 subchannels would cost 0.1% of a core) — and at once when something
 tells it to look (an attempt sent to it, a kick). A READY subchannel whose connection is lost is seen within 2 s;
 an attempt sent to it meanwhile reconnects it, as on a grpcio channel.
-The thread never blocks in grpcio, ends when no subchannel is left, and does not outlive a fork.
+While some subchannel is connecting or down, the poller waits for its next sweep inside a short grpcio watch (at
+most 50 ms), which polls grpcio: older grpcio (1.70) makes a sync connection progress only while a thread does.
+While every subchannel is READY or unused, it never enters grpcio but for the non-blocking checks, so grpcio's
+fork handlers run. It ends when no subchannel is left, and does not outlive a fork.
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ from typing import Any, Callable, Dict, List, Optional
 import grpc
 
 from grpc_retry import _grpc_internals as internals
-from grpc_retry._backends.subchannels import CONNECTING, READY, TRANSIENT_FAILURE, Subchannels, log
+from grpc_retry._backends.subchannels import CONNECTING, READY, RETIRE_GRACE, TRANSIENT_FAILURE, Subchannels, log
 from grpc_retry._serial import SerialThread
 
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
+DRIVE = 0.05  # the longest the poller waits inside a grpcio watch (a poke waits at most this long)
 
 
 class _Entry:
     """One watched subchannel."""
 
-    __slots__ = ("owner", "index", "channel", "read", "state", "seen", "hot_until", "period", "dead")
+    __slots__ = ("owner", "index", "channel", "read", "state", "seen", "hot_until", "period", "dead", "drain_until")
 
     def __init__(self, owner: SyncSubchannels, index: int, channel: grpc.Channel) -> None:
         self.owner = weakref.ref(owner)  # a channel dropped without close() is not kept alive by its poller
@@ -44,6 +48,7 @@ class _Entry:
         self.hot_until = 0.0
         self.period = FAST
         self.dead = False
+        self.drain_until = 0.0  # retired: closed once its calls end, or then at the latest
 
 
 class Poller:
@@ -83,6 +88,10 @@ class Poller:
     def remove(self, entry: _Entry) -> None:
         entry.dead = True  # dropped at its group's next sweep
 
+    def retire(self, entry: _Entry) -> None:
+        """Close the entry's channel once it has no call in flight (RETIRE_GRACE at the latest)."""
+        entry.drain_until = monotonic() + RETIRE_GRACE
+
     def entries(self) -> int:
         with self._cond:
             return self._count
@@ -98,15 +107,24 @@ class Poller:
                     due = [period for period, group in self._groups.items() if group and self._due[period] <= now]
                     if due:
                         break
-                    wake = min(self._due[p] for p, group in self._groups.items() if group)
-                    self._cond.wait(wake - now)
-                sweeps = [(period, list(self._groups[period])) for period in due]
-                for period in due:
-                    self._due[period] = now + period
+                    wake = min(self._due[p] for p, group in self._groups.items() if group) - now
+                    driven = self._to_drive()
+                    if driven is not None:
+                        break
+                    self._cond.wait(wake)
+                if not due:
+                    sweeps = []
+                else:
+                    sweeps = [(period, list(self._groups[period])) for period in due]
+                    for period in due:
+                        self._due[period] = now + period
+            if not due:
+                self._drive(driven, wake)  # type: ignore[arg-type]
+                continue
             moves = []
             for period, group in sweeps:
                 for entry in group:
-                    if period == SLOW and not entry.dead:  # most entries, most of the time: READY, unchanged
+                    if period == SLOW and not entry.dead and not entry.drain_until:  # most: READY, unchanged
                         try:
                             if entry.read(False) == entry.state == READY:
                                 continue
@@ -129,8 +147,40 @@ class Poller:
                         self._due[wanted] = min(self._due[wanted], now + wanted)
             sweeps = moves = []  # type: ignore[assignment]
 
+    def _to_drive(self) -> Optional[_Entry]:
+        """(Under the lock.) A subchannel connecting or waiting to reconnect, if any: see _drive."""
+        for period in (FAST, MEDIUM):
+            for entry in self._groups[period]:
+                if not entry.dead and entry.state != READY:
+                    return entry
+        return None
+
+    def _drive(self, entry: _Entry, wait: float) -> None:
+        """Wait for the next sweep inside a short grpcio watch of a subchannel that is connecting or down, rather
+        than on the condition: on grpcio releases whose sync channels do their I/O only while a thread polls
+        (1.70), that is what makes the connection attempt (and the reconnection after backoff) progress. It
+        never lasts more than DRIVE, and happens only while some subchannel is not READY."""
+        try:
+            state = entry.read(False)
+            if internals.sync_watch_connectivity(entry.channel, state, max(0.0, min(wait, DRIVE))):
+                with self._cond:
+                    self._due[entry.period] = 0.0  # it changed: read it now
+        except ValueError:  # closed
+            entry.dead = True
+
     def _read(self, entry: _Entry, now: float) -> float:
         """Read one entry's state, tell its owner of a change; the period it wants next (-1: drop it)."""
+        if entry.drain_until:
+            if entry.dead:
+                return -1
+            try:
+                if internals.sync_calls_in_flight(entry.channel) and now < entry.drain_until:
+                    return MEDIUM
+            except ValueError:
+                pass
+            entry.dead = True
+            entry.channel.close()
+            return -1
         owner = entry.owner()
         if entry.dead or owner is None:
             entry.dead = True
@@ -177,6 +227,7 @@ if hasattr(os, "register_at_fork"):
 class SyncSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._entries: List[Optional[_Entry]] = []
+        self._retired: List[_Entry] = []
         super().__init__(*args)
 
     @property
@@ -222,6 +273,15 @@ class SyncSubchannels(Subchannels):
             self._touch(index, channel, False)
         return channel
 
+    def _retire(self, index: int, channel: Any) -> None:
+        entry = self._entries[index] if index < len(self._entries) else None
+        if entry is None:
+            channel.close()
+            return
+        self._entries[index] = None
+        self._retired = [e for e in self._retired if not e.dead] + [entry]
+        POLLER.retire(entry)
+
     def _touch(self, index: int, channel: Any, connect: bool) -> None:
         if connect:
             try:
@@ -231,10 +291,6 @@ class SyncSubchannels(Subchannels):
         entry = self._entries[index] if index < len(self._entries) else None
         if entry is not None:
             POLLER.poke(entry)
-
-    def _close_channel(self, channel: Any) -> None:
-        # Nothing waits on a subchannel's connectivity: grpcio's close cancels its calls and returns.
-        channel.close()
 
     def wait_change(self, timeout: Optional[float], since: Optional[int] = None,
                     event: Optional[threading.Event] = None) -> None:
@@ -251,9 +307,17 @@ class SyncSubchannels(Subchannels):
             self.remove_listener(event.set)
 
     def close(self) -> None:
+        """Every subchannel closed now, the retired ones too: grpcio's close cancels their calls and returns
+        (nothing waits on a subchannel's connectivity)."""
+        with self._lock:
+            retired, self._retired = self._retired, []
+        for entry in retired:
+            if not entry.dead:
+                entry.dead = True
+                entry.channel.close()
         for channel in self._take_all():
             if channel is not None:
-                self._close_channel(channel)
+                channel.close()
         self._notify()
 
 

@@ -2,6 +2,10 @@
 127.0.0.x, one port), a real DNS server whose answers change, and client processes (tests/support/deploy_client.py)
 calling all the while. Each scenario returns, per client, its calls, failures and the scenario's figure.
 
+A pod's grpcio server, stopped, cancels (CANCELLED) a call it had accepted but not yet handed to its handler when
+the stop began: a client of any kind sees that now and then where calls are still sent to a pod as it stops
+(restart). Pods leave DNS before they stop, as a deployment with a preStop wait does.
+
 Scenarios (times from the first action):
 - restart: a pod of a static 3-address target stops gracefully, and is back on its address `gap` s later; figure:
   seconds from its restart to its first answer.
@@ -9,8 +13,9 @@ Scenarios (times from the first action):
   the new pod's first answer.
 - scale_up / scale_up_age: 2 pods become 4 in DNS, with no connection lost / with the pods' max_connection_age;
   figure: seconds until both new pods have answered.
-- rolling: each of 3 pods is replaced with surge (the new pod in DNS `surge` s before the old one leaves DNS and
-  stops gracefully), `gap` s apart, `rounds` times over; figure: failed calls.
+- rolling: each of 3 pods is replaced with surge (the new pod in DNS `surge` s before the old one leaves DNS, and
+  the old one stopped gracefully `surge` s after that, as a preStop hook's wait does), `gap` s apart, `rounds`
+  times over; figure: failed calls.
 - all_replaced: every pod at once (new ones in DNS, then the old ones stop); figure: failed calls.
 
 Used by tests/integration/test_deployments.py, bench/deploy.py and `bench/soak.py --deploy`.
@@ -90,7 +95,8 @@ class Result:
         failures: Dict[str, int] = {}
         for call in self.calls:
             if call[2] != "OK":
-                failures[call[2]] = failures.get(call[2], 0) + 1
+                key = f"{call[2]} {call[3][1:]}"  # code and details
+                failures[key] = failures.get(key, 0) + 1
         return {"kind": self.kind, "calls": len(self.calls), "failed": self.failed, "figure": self.figure,
                 **({"failures": failures} if failures else {}), **self.extra}
 
@@ -227,6 +233,7 @@ def _rolling(fleet: Fleet, settings: Settings, events: Dict[str, float]) -> None
         time.sleep(settings.surge)
         live.remove(old)
         fleet.publish(*live)
+        time.sleep(settings.surge)  # a preStop hook's wait: the old pod leaves DNS before it stops
         fleet.stop(old)
         time.sleep(settings.gap)
     events["done"] = time.monotonic()
@@ -265,7 +272,8 @@ def _figure_failed(fleet: Fleet, result: Result) -> None:
     result.figure = float(result.failed)
     # Which pods answered the last second of calls: after an all-new fleet, only new ones.
     end = max((call[0] for call in result.calls), default=0.0)
-    result.extra["last_responders"] = sorted({call[3] for call in result.calls if call[0] >= end - 1 and call[3]})
+    result.extra["last_responders"] = sorted({call[3] for call in result.calls
+                                              if call[0] >= end - 1 and call[2] == "OK"})
 
 
 _FIGURES: Dict[str, Callable[[Fleet, Result], None]] = {

@@ -45,7 +45,7 @@ def run_sync(kind: str, target: str, options: List[Any], seconds: float, concurr
             try:
                 _record(calls, start, "OK", unary(b"", timeout=DEADLINE).decode())
             except grpc.RpcError as error:
-                _record(calls, start, error.code().name, "")
+                _record(calls, start, error.code().name, "!" + str(error.details()))
             time.sleep(PAUSE)
 
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
@@ -78,7 +78,7 @@ async def run_aio(kind: str, target: str, options: List[Any], seconds: float, co
             try:
                 _record(calls, start, "OK", (await unary(b"", timeout=DEADLINE)).decode())
             except grpc.RpcError as error:
-                _record(calls, start, error.code().name, "")
+                _record(calls, start, error.code().name, "!" + str(error.details()))
             await asyncio.sleep(PAUSE)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -49,8 +49,8 @@ class ScriptedSubchannels(Subchannels):
         if connect:
             self.kicked.append(index)
 
-    def _close_channel(self, channel: Any) -> None:
-        channel.closed = True
+    def _retire(self, index: int, channel: Any) -> None:
+        channel.closed = True  # (the flavors close it once its calls have ended)
 
 
 class SubchannelSetMachine(RuleBasedStateMachine):
