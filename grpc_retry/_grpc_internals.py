@@ -328,8 +328,10 @@ def aio_intercepted(kind: str) -> type:
             if not isinstance(metadata, aio.Metadata):  # interceptors get a grpc.aio.Metadata, as from grpc.aio
                 metadata = aio.Metadata.from_tuple(tuple(metadata or ()))
             self._last_returned_call_from_interceptors = None
-            super().__init__(multicallable._interceptors, request, timeout, metadata, credentials,
-                             wait_for_ready, None, multicallable._method, None, None, asyncio.get_running_loop())
+            method = multicallable._method  # interceptors see it as bytes, as grpc.aio gives it
+            super().__init__(multicallable._interceptors, request, timeout, metadata, credentials, wait_for_ready,
+                             None, method if isinstance(method, bytes) else method.encode(), None, None,
+                             asyncio.get_running_loop())
 
         async def _invoke(self, interceptors: Any, method: Any, timeout: Optional[float], metadata: Any,
                           credentials: Any, wait_for_ready: Optional[bool], request: Any, *serializers: Any) -> Any:

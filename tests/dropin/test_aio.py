@@ -207,7 +207,7 @@ class _Streaming(aio.StreamStreamClientInterceptor):
         self.seen = seen
 
     async def intercept_stream_stream(self, continuation, details, request_iterator):
-        self.seen.append(type(details.metadata).__name__)
+        self.seen.append((type(details.metadata).__name__, details.method))  # bytes on grpc.aio (Sentry decodes it)
         return await continuation(details, request_iterator)
 
 
@@ -218,7 +218,7 @@ class _Unary(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):
         self.seen = seen
 
     async def intercept_unary_unary(self, continuation, details, request):
-        self.seen.append(type(details.metadata).__name__)
+        self.seen.append((type(details.metadata).__name__, details.method, details.method.decode()))
         return await continuation(details, request)
 
     async def intercept_unary_stream(self, continuation, details, request):
