@@ -1,9 +1,12 @@
 """install(): grpc's own channel constructors return grpc_retry channels, for channels built where the
 application cannot change the constructor (a cloud client library builds its own).
 
-The patch replaces four attributes of the grpc and grpc.aio modules. Code that took a reference to a constructor
-before install() (`from grpc import insecure_channel`) keeps grpcio's. grpc_retry's own subchannels are made
-from grpcio's channel classes, never through these constructors, so installing never recurses.
+The patch wraps the four constructors of the grpc and grpc.aio modules as they are when install() is called —
+grpcio's, or an instrumentation's wrappers of them (OpenTelemetry, Sentry): a channel that is not ours is made by
+whatever was there, so other patches keep working. uninstall() puts back exactly what install() found (if a later
+patch wrapped ours, ours stays in its chain and only passes through). Code that took a reference to a constructor
+before install() (`from grpc import insecure_channel`) keeps it. grpc_retry's own subchannels are made from
+grpcio's channel classes, never through these constructors, so installing never recurses.
 """
 
 from __future__ import annotations
@@ -16,12 +19,8 @@ import grpc.aio
 
 from grpc_retry._options import ENABLE
 
-# grpcio's constructors, as imported: what uninstall() puts back.
-grpc_insecure_channel = grpc.insecure_channel
-grpc_secure_channel = grpc.secure_channel
-grpc_aio_insecure_channel = grpc.aio.insecure_channel
-grpc_aio_secure_channel = grpc.aio.secure_channel
-
+_NAMES = ((grpc, "insecure_channel"), (grpc, "secure_channel"), (grpc.aio, "insecure_channel"),
+          (grpc.aio, "secure_channel"))
 _lock = threading.Lock()
 _all_channels: Optional[bool] = None  # None: not installed
 
@@ -42,50 +41,57 @@ def _patched(name: str, original: Callable[..., Any], ours: Callable[..., Any]) 
         if options is None:
             index = 1 if name == "insecure_channel" else 2  # options follows target (and credentials)
             options = args[index] if len(args) > index else None
-        return (ours if _wanted(options) else original)(*args, **kwargs)
+        if _installed.get(key) is not constructor or not _wanted(options):
+            return original(*args, **kwargs)  # not ours, or uninstalled while another patch still wraps us
+        return ours(*args, **kwargs)
 
+    key = (ours.__module__, name)
     constructor.__name__ = constructor.__qualname__ = name
     constructor.__doc__ = original.__doc__
     constructor.__wrapped__ = original  # type: ignore[attr-defined]
     return constructor
 
 
-def _patches() -> Dict[Tuple[Any, str], Callable[..., Any]]:
+def _ours(module: Any, name: str) -> Callable[..., Any]:
     import grpc_retry.aio
     import grpc_retry.sync
 
-    return {
-        (grpc, "insecure_channel"): _patched("insecure_channel", grpc_insecure_channel,
-                                             grpc_retry.sync.insecure_channel),
-        (grpc, "secure_channel"): _patched("secure_channel", grpc_secure_channel, grpc_retry.sync.secure_channel),
-        (grpc.aio, "insecure_channel"): _patched("insecure_channel", grpc_aio_insecure_channel,
-                                                 grpc_retry.aio.insecure_channel),
-        (grpc.aio, "secure_channel"): _patched("secure_channel", grpc_aio_secure_channel,
-                                               grpc_retry.aio.secure_channel),
-    }
+    return getattr(grpc_retry.aio if module is grpc.aio else grpc_retry.sync, name)  # type: ignore[no-any-return]
+
+
+# What install() found (to put back) and what it installed, per constructor.
+_found: Dict[Tuple[Any, str], Callable[..., Any]] = {}
+_installed: Dict[Tuple[str, str], Callable[..., Any]] = {}
 
 
 def install(all_channels: bool = False) -> None:
     """Make grpc.insecure_channel, grpc.secure_channel and their grpc.aio namesakes return grpc_retry channels
-    when their options carry ("grpc_retry.enable", 1), or always with `all_channels=True`; grpcio's channels
-    otherwise. Calling it again only changes `all_channels`. ("grpc.enable_retries", 0) still turns retries off
-    on a channel, as on grpc_retry's own constructors."""
+    when their options carry ("grpc_retry.enable", 1), or always with `all_channels=True`; otherwise a channel is
+    made by the constructor that was installed when install() was called (grpcio's, or an instrumentation's).
+    Calling it again only changes `all_channels`. ("grpc.enable_retries", 0) still turns retries off on a
+    channel, as on grpc_retry's own constructors."""
     global _all_channels
     with _lock:
         if _all_channels is None:
-            for (module, name), constructor in _patches().items():
-                setattr(module, name, constructor)
+            for module, name in _NAMES:
+                found = getattr(module, name)
+                ours = _ours(module, name)
+                patched = _patched(name, found, ours)
+                _found[(module, name)] = found
+                _installed[(ours.__module__, name)] = patched
+                setattr(module, name, patched)
         _all_channels = bool(all_channels)
 
 
 def uninstall() -> None:
-    """Put grpcio's constructors back. Channels made meanwhile stay what they are."""
+    """Put back the constructors install() found. Channels made meanwhile stay what they are."""
     global _all_channels
     with _lock:
         if _all_channels is None:
             return
-        grpc.insecure_channel = grpc_insecure_channel
-        grpc.secure_channel = grpc_secure_channel
-        grpc.aio.insecure_channel = grpc_aio_insecure_channel
-        grpc.aio.secure_channel = grpc_aio_secure_channel
+        for module, name in _NAMES:
+            found = _found.pop((module, name))
+            patched = _installed.pop((_ours(module, name).__module__, name))
+            if getattr(module, name) is patched:
+                setattr(module, name, found)
         _all_channels = None

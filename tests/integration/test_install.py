@@ -164,3 +164,63 @@ async def test_subchannels_are_grpcio_channels_even_when_every_channel_is_ours(b
             assert channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"
     finally:
         grpc_retry.uninstall()
+
+
+def _instrument(made: list):
+    """What an instrumentation does (OpenTelemetry's, Sentry's): wrap the constructors installed now."""
+    wrapped = {}
+    for module in (grpc, grpc.aio):
+        for name in ("insecure_channel", "secure_channel"):
+            inner = getattr(module, name)
+
+            def constructor(*args, _inner=inner, _name=f"{module.__name__}.{name}", **kwargs):
+                made.append(_name)
+                return _inner(*args, **kwargs)
+
+            wrapped[(module, name)] = constructor
+            setattr(module, name, constructor)
+    return wrapped
+
+
+def _restore(saved):
+    for (module, name), constructor in saved.items():
+        setattr(module, name, constructor)
+
+
+def test_install_wraps_an_instrumentation_installed_before_and_uninstall_puts_it_back(backends):
+    saved = {(m, n): getattr(m, n) for m in (grpc, grpc.aio) for n in ("insecure_channel", "secure_channel")}
+    made: list = []
+    try:
+        instrumented = _instrument(made)
+        grpc_retry.install()
+        with grpc.insecure_channel(backends[0].target) as channel:  # not ours: made by the instrumentation
+            assert not isinstance(channel, grpc_retry.Channel)
+            assert channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"
+        assert made == ["grpc.insecure_channel"]
+        with grpc.insecure_channel(backends[0].target, options=[ENABLE]) as channel:
+            assert isinstance(channel, grpc_retry.Channel)
+            assert channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"
+        grpc_retry.uninstall()
+        assert {k: getattr(*k) for k in instrumented} == instrumented
+    finally:
+        grpc_retry.uninstall()
+        _restore(saved)
+
+
+def test_an_instrumentation_installed_after_install_keeps_working_past_uninstall(backends):
+    saved = {(m, n): getattr(m, n) for m in (grpc, grpc.aio) for n in ("insecure_channel", "secure_channel")}
+    made: list = []
+    try:
+        grpc_retry.install()
+        instrumented = _instrument(made)
+        with grpc.insecure_channel(backends[0].target, options=[ENABLE]) as channel:
+            assert isinstance(channel, grpc_retry.Channel)  # through the instrumentation, then ours
+        grpc_retry.uninstall()
+        assert {k: getattr(*k) for k in instrumented} == instrumented  # theirs stays; ours only passes through
+        with grpc.insecure_channel(backends[0].target, options=[ENABLE]) as channel:
+            assert not isinstance(channel, grpc_retry.Channel)
+            assert channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"
+        assert made == ["grpc.insecure_channel"] * 2
+    finally:
+        grpc_retry.uninstall()
+        _restore(saved)
