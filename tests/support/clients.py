@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
@@ -141,6 +142,7 @@ class _LoopThread:
         async def drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
+                _DRAINED.add(task)
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -151,6 +153,14 @@ class _LoopThread:
             self._thread.join(10)
             if not self.loop.is_running():
                 self.loop.close()
+
+
+# Tasks the test loop cancelled as it stopped (what Task.cancelling() tells from Python 3.11).
+_DRAINED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+def _draining(task: asyncio.Task[Any]) -> bool:
+    return task in _DRAINED
 
 
 async def _aio_requests(items: Iterable[Any]) -> Any:
@@ -179,7 +189,9 @@ async def _aio_outcome(kind: str, call: Any) -> Outcome:
     except asyncio.CancelledError as error:
         # grpc.aio raises CancelledError for a call the application cancelled; its status says CANCELLED.
         task = asyncio.current_task()
-        if task is not None and task.cancelling():
+        # Its task cancelled (the loop draining), not the call: Task.cancelling() says so from Python 3.11.
+        cancelling = getattr(task, "cancelling", None)
+        if task is not None and (cancelling() if cancelling is not None else _draining(task)):
             raise
         return Outcome(await call.code(), await call.details(), responses, _pairs(await call.initial_metadata()),
                        _pairs(await call.trailing_metadata()), error)
