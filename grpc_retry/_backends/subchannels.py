@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import grpc
 
 from grpc_retry._backends.resolution import Lookup, shared_lookup
-from grpc_retry._backends.target import parse_target
+from grpc_retry._backends.target import parse_target, proxied, whole
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
 from grpc_retry._options import RetryOptions
 
@@ -43,6 +43,8 @@ class Subchannels:
     def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]) -> None:
         self.target = parse_target(target)
+        if proxied(self.target, target, options.passthrough):
+            self.target = whole(target)  # the proxy is to see the name: grpcio's channel resolves it, as ever
         self._credentials = credentials
         self.secure = credentials is not None
         self._compression = compression
@@ -65,7 +67,7 @@ class Subchannels:
         self.resolution_error: Optional[str] = None
         self.closed = False
         self._lookup: Optional[Lookup] = None
-        if self.target.scheme == "static":
+        if self.target.scheme != "dns":
             self._apply(list(self.target.addresses), None)
         else:
             self._lookup = shared_lookup(self.target)
@@ -73,6 +75,8 @@ class Subchannels:
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
+        if self.target.scheme == "whole":  # one grpcio channel, for the target itself: its authority is grpcio's
+            return list(options.passthrough) + extra
         given = dict(options.passthrough)
         # Subchannels are reached by address; they speak for the original name, as grpcio's channel would —
         # or, on a secure channel with grpc.ssl_target_name_override, for that name, as grpcio's does.

@@ -7,8 +7,9 @@ off the caller's thread (resolution.py)."""
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 DEFAULT_PORT = 443
 DNS_PORT = 53
@@ -16,7 +17,7 @@ DNS_PORT = 53
 
 @dataclass(frozen=True)
 class Target:
-    scheme: str                      # "dns" or "static"
+    scheme: str                      # "dns", "static", or "whole" (grpcio resolves it: whole())
     host: str                        # for dns: the name to look up; for TLS: the name the certificate names
     port: int
     authority: str                   # what the subchannels send as :authority
@@ -87,6 +88,60 @@ def _static_list(body: str, version: int, target: str) -> Tuple[str, ...]:
     return tuple(addresses)
 
 
+# Schemes grpcio's core resolves that grpc_retry does not: such a target goes whole to one grpcio channel.
+GRPCIO_SCHEMES = ("xds", "google-c2p", "google-c2p-experimental", "vsock")
+
+
+def whole(target: str) -> Target:
+    """A target grpcio resolves and balances itself, in one grpcio channel (its "address" is the target): grpc_retry
+    still retries, hedges and reports; only the choice of backend per attempt is grpcio's."""
+    return Target("whole", "", 0, target, (target,))
+
+
+def proxied(target: Target, original: str, options: Sequence[Tuple[str, Any]]) -> bool:
+    """Whether grpcio's channel would reach `target` through an HTTP CONNECT proxy (C-core's proxy mapper: the
+    grpc.http_proxy option, else $grpc_proxy, $https_proxy, $http_proxy; off with grpc.enable_http_proxy 0; not
+    for unix sockets, nor for hosts no_grpc_proxy / no_proxy names). grpc_retry must not resolve such a target:
+    the proxy is to see the name."""
+    given = dict(options)
+    if target.scheme == "whole" or original.startswith(("unix:", "unix-abstract:")):
+        return False
+    if not given.get("grpc.enable_http_proxy", 1):
+        return False
+    proxy = given.get("grpc.http_proxy")
+    if proxy is None:
+        proxy = next((os.environ[n] for n in ("grpc_proxy", "https_proxy", "http_proxy") if os.environ.get(n)), "")
+    if not proxy:
+        return False
+    exempt = os.environ.get("no_grpc_proxy") or os.environ.get("no_proxy") or ""
+    hosts = [target.host] if target.scheme == "dns" or not target.addresses else \
+        [a.split(":", 1)[1].rsplit(":", 1)[0].strip("[]") for a in target.addresses]
+    return not all(_exempt(host, exempt) for host in hosts)
+
+
+def _exempt(host: str, no_proxy: str) -> bool:
+    """`host` is in a no_proxy list: "*", a name or a domain suffix (".example.com", "example.com"), an address, or
+    an address block (CIDR)."""
+    ip = _literal(host)
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if ip is not None and "/" in entry:
+            try:
+                if ip in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        name = host.lower()
+        suffix = entry.lstrip(".")
+        if name == suffix or name.endswith("." + suffix):
+            return True
+    return False
+
+
 def parse_target(target: str) -> Target:
     if not isinstance(target, str) or not target.strip():
         raise ValueError(f"target must be a non-empty string, got {target!r}")
@@ -113,9 +168,12 @@ def parse_target(target: str) -> Target:
             if slash > 2:
                 server = _dns_server(body[2:slash], target)
             body = body[slash + 1:]
+    elif target.split(":", 1)[0] in GRPCIO_SCHEMES:
+        return whole(target)
     elif "://" in target:
         raise ValueError(f"target {target!r}: unsupported scheme {target.split(':', 1)[0]!r} "
-                         "(use dns:, ipv4:, ipv6:, unix: or host:port)")
+                         f"(use dns:, ipv4:, ipv6:, unix:, {', '.join(s + ':' for s in GRPCIO_SCHEMES)} "
+                         "or host:port)")
     host, port = _split_host_port(body, target)
     ip = _literal(host)
     if ip is not None:
