@@ -179,6 +179,8 @@ class Channel(RetryStatistics, aio.Channel):
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
         subchannels = self._subchannels
+        if subchannels.closed:  # as grpc.aio's: a wait begun after close is a usage error (one in progress returns)
+            raise aio.UsageError("Channel is closed.")
         while True:
             since = subchannels.generation  # before looking: a change from the resolver thread cannot slip by
             if subchannels.aggregate_state() != last_observed_state or subchannels.closed:

@@ -265,6 +265,19 @@ async def closing(make, backend) -> Any:
     return (call.cancelled(), await call.code(), await call.details(), took < 0.1, channel.get_state(), late)
 
 
+async def state_after_close(make, backend) -> Any:
+    """A wait in progress when the channel closes returns; one begun after the close is a usage error."""
+    channel = make(backend.target)
+    state = channel.get_state()
+    waiting = asyncio.ensure_future(channel.wait_for_state_change(state))
+    await asyncio.sleep(0.05)
+    await channel.close()
+    in_progress = await outcome(asyncio.wait_for(waiting, 5))
+    after = [await outcome(channel.wait_for_state_change(s)) for s in (grpc.ChannelConnectivity.SHUTDOWN,
+                                                                        grpc.ChannelConnectivity.IDLE)]
+    return in_progress, after, channel.get_state(), channel.get_state(True)
+
+
 async def _make_late(channel) -> Any:
     return channel.unary_unary(UNARY)(b"late")
 
@@ -296,6 +309,7 @@ async def connecting_new_channels(make, backend) -> Any:
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
                                       deadlines_and_failures, refusals, time_remaining,
                                       metadata_and_compression, refused_metadata, interceptors, closing,
+                                      state_after_close,
                                       connecting_new_channels],
                          ids=lambda f: f.__name__)
 def test_same_as_grpc_aio(aio_channel, scenario):
