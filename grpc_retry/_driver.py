@@ -81,6 +81,17 @@ class CallDriver:
             not machine.transparent_enabled or (stream_request and machine.committed))
         self._obs: Optional[CallTelemetry] = method.observe(machine)  # None: nothing exported for this call
 
+    def _attempt_metadata(self, n: int, previous: int) -> MetadataPairs:
+        """Attempt n's metadata: the call's, its previous-attempts count, and, with spans on, the trace context of
+        the attempt's span (so that the server's span hangs under the attempt that reached it)."""
+        metadata = attempt_metadata(self._metadata, previous)
+        if self._obs is not None:
+            wire = self._obs.wire_context(n)
+            if wire:
+                keys = {key for key, _ in wire}
+                metadata = tuple(pair for pair in metadata if pair[0] not in keys) + wire
+        return metadata
+
     def _act(self, actions: List[Action]) -> None:
         if self._obs is not None:
             self._obs.flush()  # what the machine decided to get these actions, exported first

@@ -4,7 +4,10 @@ no one observes costs one test where it starts.
 
 Switched on by: the "grpc_retry" logger at DEBUG (GRPC_RETRY_TRACE=1 adds a stderr handler without code), an
 OpenTelemetry meter or tracer provider (the global one once set, or one passed with the channel options
-`grpc_retry.meter_provider` / `grpc_retry.tracer_provider`), with `opentelemetry-api` installed.
+`grpc_retry.meter_provider` / `grpc_retry.tracer_provider`), with `opentelemetry-api` installed. Switched off for
+the whole process, whatever providers are set, by GRPC_RETRY_OTEL: "none" (no metrics, no spans), "metrics" or
+"spans" (only those); read when a channel is made. With spans on, each attempt carries its own span's trace
+context (W3C `traceparent`, through OpenTelemetry's propagator) in its metadata.
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ from grpc_retry._version import __version__
 log = logging.getLogger("grpc_retry")
 
 TRACE_ENV = "GRPC_RETRY_TRACE"
+OTEL_ENV = "GRPC_RETRY_OTEL"  # "none", "metrics", "spans", or unset / "all": what grpc_retry exports to OpenTelemetry
+
+
+def otel_switch() -> Tuple[bool, bool]:
+    """(metrics on, spans on) as GRPC_RETRY_OTEL allows them."""
+    value = os.environ.get(OTEL_ENV, "all").strip().lower()
+    parts = {p.strip() for p in value.split(",")}
+    if parts & {"none", "off", "0", "false", "no"}:
+        return False, False
+    if parts & {"all", "", "1", "on", "true", "yes"}:
+        return True, True
+    return "metrics" in parts, "spans" in parts
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _WHY = {RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent retry"}
 _TYPES = {ORIGINAL: "original", RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent_retry"}
@@ -169,14 +184,15 @@ class Telemetry:
             import opentelemetry.trace as trace
         except ImportError:
             return
+        metrics_on, spans_on = otel_switch()
         if meter_provider is None:
             meter_provider = metrics.get_meter_provider()
-        if _provider_set(meter_provider):
+        if metrics_on and _provider_set(meter_provider):
             self.metrics = _Metrics(meter_provider)
             self.meter_provider = meter_provider
         if tracer_provider is None:
             tracer_provider = trace.get_tracer_provider()
-        if _provider_set(tracer_provider):
+        if spans_on and _provider_set(tracer_provider):
             self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
             self._trace_api, self._context_api = trace, context
 
@@ -227,6 +243,17 @@ class CallTelemetry:
     def leave_attempt(self, token: Any) -> None:
         if token is not None:
             self._channel._context_api.detach(token)
+
+    def wire_context(self, n: int) -> Tuple[Tuple[str, str], ...]:
+        """Attempt n's span as the trace context that goes on the wire (traceparent, tracestate), or ()."""
+        span = self._attempt_spans.get(n)
+        if span is None:
+            return ()
+        from opentelemetry import propagate
+
+        carrier: Dict[str, str] = {}
+        propagate.inject(carrier, context=self._channel._trace_api.set_span_in_context(span))
+        return tuple(carrier.items())
 
     # -- notes ---------------------------------------------------------------------------------------------
 

@@ -110,7 +110,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         try:
             attempt = method.inner(address)(
                 self._request, timeout=None if deadline == INF else deadline - monotonic(),
-                metadata=driver.attempt_metadata(self._metadata, previous), credentials=self._credentials,
+                metadata=self._attempt_metadata(n, previous), credentials=self._credentials,
                 wait_for_ready=self._grpc_wfr, compression=self._compression)
         except Exception as error:  # grpc.aio refused the call
             self._refused(error)

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
 
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
-from grpc_retry._driver import attempt_metadata as metadata_of_attempt
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
@@ -57,7 +56,7 @@ class _Attempts(CallDriver):
     def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
         deadline = self._machine.deadline
         return dict(timeout=None if deadline == INF else deadline - monotonic(),
-                    metadata=metadata_of_attempt(self._metadata, previous), credentials=self._credentials,
+                    metadata=self._attempt_metadata(n, previous), credentials=self._credentials,
                     wait_for_ready=self._grpc_wfr, compression=self._compression)
 
     def _outcome(self, call: Any, previous: int, response: Any, delivered: bool = False) -> None:

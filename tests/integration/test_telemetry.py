@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict, List
 
 import grpc
@@ -22,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
-from support.clients import ECHO_SERVICE
+from support.clients import ECHO_SERVICE, retry_policy, service_config
 
 import grpc_retry
 import grpc_retry.aio
@@ -325,3 +326,60 @@ def test_adaptive_hedging_is_observed_as_metrics(backend: Backend) -> None:
         (stopped,) = got["grpc_retry.client.hedges_not_sent_for_budget"]
         assert dict(stopped.attributes) == labels and stopped.value == 1
     assert "grpc_retry.client.hedging_delay" not in points(reader)  # a closed channel is no longer observed
+
+
+@pytest.mark.parametrize("api", ["sync", "aio"])
+def test_each_attempt_carries_its_own_span_as_traceparent(backend: Backend, api: str) -> None:
+    """The trace context on the wire is the attempt's span, so a server span hangs under the attempt that
+    reached it; a traceparent the application (or an instrumentation above) set is replaced by it."""
+    backend.script(UNARY, fail(), Step())
+    _, _, exporter, extra = telemetry()
+    options = [("grpc.service_config", service_config(retry_policy(max_attempts=3))), *extra]
+    theirs = (("traceparent", "00-" + "1" * 32 + "-" + "2" * 16 + "-01"),)
+    if api == "sync":
+        with grpc_retry.insecure_channel(backend.target, options=options) as channel:
+            channel.unary_unary(UNARY)(b"x", timeout=10, metadata=theirs)
+    else:
+        async def call() -> None:
+            async with grpc_retry.aio.insecure_channel(backend.target, options=options) as channel:
+                await channel.unary_unary(UNARY)(b"x", timeout=10, metadata=theirs)
+        asyncio.run(call())
+    attempts = sorted((s for s in exporter.get_finished_spans() if s.name.startswith("attempt ")),
+                      key=lambda s: s.start_time)
+    wire = [a.metadata.get("traceparent") for a in backend.attempts_of(UNARY)]
+    assert len(attempts) == len(wire) == 2
+    for span, traceparent in zip(attempts, wire, strict=True):
+        assert traceparent.split("-")[1:3] == [f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"]
+
+
+def test_grpc_retry_otel_switches_spans_and_metrics_off_for_the_process(backend: Backend) -> None:
+    """GRPC_RETRY_OTEL=none: with a global meter and tracer provider set, grpc_retry exports nothing (and sends no
+    traceparent of its own); =metrics keeps the metrics only."""
+    code = (
+        "import grpc_retry\n"
+        "from opentelemetry import metrics, trace\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()\n"
+        "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
+        "tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(exporter)); trace.set_tracer_provider(tp)\n"
+        f"with grpc_retry.insecure_channel('{backend.target}') as channel:\n"
+        f"    channel.unary_unary('{UNARY}')(b'x', timeout=10)\n"
+        "data = reader.get_metrics_data()\n"
+        "names = [m.name for r in (data.resource_metrics if data else ())\n"
+        "         for s in r.scope_metrics for m in s.metrics]\n"
+        "print(len(exporter.get_finished_spans()), 'grpc.client.call.duration' in names)\n"
+    )
+    seen = {}
+    for value in ("none", "metrics", "all"):
+        env = {**os.environ, "GRPC_RETRY_OTEL": value}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                              cwd=tempfile.gettempdir())
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[value] = done.stdout.split()
+    assert seen == {"none": ["0", "False"], "metrics": ["0", "True"], "all": ["2", "True"]}
+    traceparents = [a.metadata.get("traceparent") for a in backend.attempts_of(UNARY)]
+    assert traceparents[0] is None and traceparents[1] is None and traceparents[2] is not None
