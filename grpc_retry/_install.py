@@ -35,17 +35,16 @@ def _wanted(options: Optional[Sequence[Tuple[str, Any]]]) -> bool:
     return bool(enabled)
 
 
-def _patched(name: str, original: Callable[..., Any], ours: Callable[..., Any]) -> Callable[..., Any]:
+def _patched(module: Any, name: str, original: Callable[..., Any], ours: Callable[..., Any]) -> Callable[..., Any]:
     def constructor(*args: Any, **kwargs: Any) -> Any:
         options = kwargs.get("options")
         if options is None:
             index = 1 if name == "insecure_channel" else 2  # options follows target (and credentials)
             options = args[index] if len(args) > index else None
-        if _installed.get(key) is not constructor or not _wanted(options):
+        if _installed.get((module, name)) is not constructor or not _wanted(options):
             return original(*args, **kwargs)  # not ours, or uninstalled while another patch still wraps us
         return ours(*args, **kwargs)
 
-    key = (ours.__module__, name)
     constructor.__name__ = constructor.__qualname__ = name
     constructor.__doc__ = original.__doc__
     constructor.__wrapped__ = original  # type: ignore[attr-defined]
@@ -61,7 +60,7 @@ def _ours(module: Any, name: str) -> Callable[..., Any]:
 
 # What install() found (to put back) and what it installed, per constructor.
 _found: Dict[Tuple[Any, str], Callable[..., Any]] = {}
-_installed: Dict[Tuple[str, str], Callable[..., Any]] = {}
+_installed: Dict[Tuple[Any, str], Callable[..., Any]] = {}
 
 
 def install(all_channels: bool = False) -> None:
@@ -74,11 +73,8 @@ def install(all_channels: bool = False) -> None:
     with _lock:
         if _all_channels is None:
             for module, name in _NAMES:
-                found = getattr(module, name)
-                ours = _ours(module, name)
-                patched = _patched(name, found, ours)
-                _found[(module, name)] = found
-                _installed[(ours.__module__, name)] = patched
+                found = _found[(module, name)] = getattr(module, name)
+                patched = _installed[(module, name)] = _patched(module, name, found, _ours(module, name))
                 setattr(module, name, patched)
         _all_channels = bool(all_channels)
 
@@ -90,8 +86,7 @@ def uninstall() -> None:
         if _all_channels is None:
             return
         for module, name in _NAMES:
-            found = _found.pop((module, name))
-            patched = _installed.pop((_ours(module, name).__module__, name))
+            found, patched = _found.pop((module, name)), _installed.pop((module, name))
             if getattr(module, name) is patched:
                 setattr(module, name, found)
         _all_channels = None
