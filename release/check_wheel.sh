@@ -17,7 +17,7 @@ for compiler in cc gcc g++ c++ clang; do
     if PATH="$bare" command -v "$compiler" >/dev/null 2>&1; then echo "a compiler is on PATH" >&2; exit 1; fi
 done
 PATH="$bare" CC=false python -m pip install -q --only-binary=:all: "$wheel"
-PATH="$bare" python -c "import sys, grpc_retry; assert sys.prefix == '$venv', sys.prefix"
+(cd "$bare" && PATH="$bare" python -c "import sys, grpc_retry; assert sys.prefix == '$venv', sys.prefix")
 for example in examples/*.py; do
     case "$example" in examples/_*) continue ;; esac
     (cd examples && PATH="$bare" python "$(basename "$example")" >/dev/null) || { echo "failed: $example" >&2; exit 1; }
