@@ -20,11 +20,12 @@ LINGER = 0.05
 
 
 class TimerHandle:
-    __slots__ = ("callback", "cancelled", "_timers")
+    __slots__ = ("callback", "cancelled", "shared", "_timers")
 
-    def __init__(self, callback: Callable[[], None], timers: Timers) -> None:
+    def __init__(self, callback: Callable[[], None], timers: Timers, shared: bool = False) -> None:
         self.callback: Optional[Callable[[], None]] = callback
         self.cancelled = False
+        self.shared = shared  # the process's, not a call's (a name's periodic lookup)
         self._timers = timers
 
     def cancel(self) -> None:
@@ -41,8 +42,8 @@ class Timers:
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
 
-    def schedule(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        handle = TimerHandle(callback, self)
+    def schedule(self, delay: float, callback: Callable[[], None], shared: bool = False) -> TimerHandle:
+        handle = TimerHandle(callback, self, shared)
         with self._cond:
             heapq.heappush(self._heap, (monotonic() + max(delay, 0.0), next(self._seq), handle))
             if self._thread is None:
@@ -58,8 +59,9 @@ class Timers:
                 self._cond.notify()
 
     def pending(self) -> int:
+        """Timers of calls still to fire (those shared by the process's channels not counted)."""
         with self._cond:
-            return sum(1 for _, _, h in self._heap if not h.cancelled)
+            return sum(1 for _, _, h in self._heap if not h.cancelled and not h.shared)
 
     def _run(self) -> None:
         while True:

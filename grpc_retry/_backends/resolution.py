@@ -122,7 +122,7 @@ class Lookup:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = when
-            self._timer = TIMERS.schedule(when - now, self._due)
+            self._timer = TIMERS.schedule(when - now, self._due, shared=True)
 
     def _due(self) -> None:
         with self._lock:
