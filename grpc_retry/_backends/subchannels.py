@@ -290,10 +290,6 @@ class Subchannels:
             return self.resolution_error
         return f"failed to connect to all addresses of {self.target.authority!r}"
 
-    def states(self) -> List[grpc.ChannelConnectivity]:
-        by_value = {c.value[0]: c for c in grpc.ChannelConnectivity}
-        return [by_value[s] for s in self.picker.states()]
-
     def _take_all(self) -> List[Any]:
         """Closing: every grpcio channel, taken out; no more lookups."""
         with self._lock:

@@ -58,6 +58,20 @@ def go_sequence(backend: Backend) -> None:
 GO_CALLS = [(OK, 1), (OK, 3), (OK, 6), (INTERNAL, 7), (INTERNAL, 9), (INTERNAL, 12), (AE, 16)]
 
 
+# A program of its own sets OpenTelemetry's global providers (once per process), reading into `reader` and `exporter`.
+GLOBAL_PROVIDERS = (
+    "from opentelemetry import metrics, trace\n"
+    "from opentelemetry.sdk.metrics import MeterProvider\n"
+    "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+    "from opentelemetry.sdk.trace import TracerProvider\n"
+    "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+    "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+    "reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()\n"
+    "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
+    "tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(exporter)); trace.set_tracer_provider(tp)\n"
+)
+
+
 def telemetry() -> tuple[Any, InMemoryMetricReader, InMemorySpanExporter, List[tuple[str, Any]]]:
     reader = InMemoryMetricReader()
     exporter = InMemorySpanExporter()
@@ -282,15 +296,7 @@ def test_a_global_provider_set_before_the_channel_is_used(backend: Backend, tmp_
     """In a process of its own: OpenTelemetry's global providers can be set once per process."""
     backend.script(UNARY, fail(AE, "retryable error"))
     script = (
-        "from opentelemetry import metrics, trace\n"
-        "from opentelemetry.sdk.metrics import MeterProvider\n"
-        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
-        "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
-        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
-        "reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()\n"
-        "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
-        "tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(exporter)); trace.set_tracer_provider(tp)\n"
+        GLOBAL_PROVIDERS +
         "import grpc_retry\n"
         f"config = {go_retry_config()!r}\n"
         f"with grpc_retry.insecure_channel({backend.target!r}, options=[('grpc.service_config', config)]) as ch:\n"
@@ -356,16 +362,8 @@ def test_grpc_retry_otel_switches_spans_and_metrics_off_for_the_process(backend:
     """GRPC_RETRY_OTEL=none: with a global meter and tracer provider set, grpc_retry exports nothing (and sends no
     traceparent of its own); =metrics keeps the metrics only."""
     code = (
-        "import grpc_retry\n"
-        "from opentelemetry import metrics, trace\n"
-        "from opentelemetry.sdk.metrics import MeterProvider\n"
-        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
-        "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
-        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
-        "reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()\n"
-        "metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
-        "tp = TracerProvider(); tp.add_span_processor(SimpleSpanProcessor(exporter)); trace.set_tracer_provider(tp)\n"
+        "import grpc_retry\n" +
+        GLOBAL_PROVIDERS +
         f"with grpc_retry.insecure_channel('{backend.target}') as channel:\n"
         f"    channel.unary_unary('{UNARY}')(b'x', timeout=10)\n"
         "data = reader.get_metrics_data()\n"
