@@ -114,12 +114,15 @@ def test_sync_close_ends_every_call_at_once_as_grpcio_does(policy):
 
 
 def test_sync_close_ends_calls_in_backoff_and_their_timer(backend):
-    backend.script(UNARY, fail())  # the first attempt fails; the retry is 5 s away
+    # Every attempt fails. A retry's delay is random(0, 5 s): now and then one comes within the 10 ms between two
+    # looks at the state, so the call goes to BACKOFF again rather than succeeding (all three that quick: ~1e-5).
+    backend.fallback(UNARY, lambda i: fail())
     channel = grpc_retry.insecure_channel(backend.target, options=options("retry"))
     future = channel.unary_unary(UNARY).future(b"x", timeout=30)
-    assert settle(lambda: future._machine.state_name == "BACKOFF")
-    assert TIMERS.pending() >= 1
-    channel.close()
+    try:
+        assert settle(lambda: future._machine.state_name == "BACKOFF" and TIMERS.pending() >= 1)
+    finally:
+        channel.close()  # a failure here must not leave the channel's threads to the next test
     assert future.exception(timeout=1).code() == grpc.StatusCode.CANCELLED
     assert future.exception().details() == "Channel closed!"
     assert settle(lambda: TIMERS.pending() == 0)
@@ -212,7 +215,7 @@ async def test_aio_close_cancels_the_calls_in_flight_after_the_grace_as_grpc_aio
 
 
 async def test_aio_close_ends_calls_in_backoff(backend):
-    backend.script(UNARY, fail())
+    backend.fallback(UNARY, lambda i: fail())  # as in the sync test: a quick retry only fails again
     channel = grpc_retry.aio.insecure_channel(backend.target, options=options("retry"))
     call = channel.unary_unary(UNARY)(b"x", timeout=30)
     while call._machine.state_name != "BACKOFF":
