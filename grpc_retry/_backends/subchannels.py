@@ -48,6 +48,8 @@ class Subchannels:
         self._credentials = credentials
         self.secure = credentials is not None
         self._compression = compression
+        # Each address has `connections` slots, one per connection: keys (address, k), 0 <= k < connections.
+        self.connections = options.connections_per_address
         self._options = self._subchannel_options(options)
         self.refresh = options.dns_refresh
         self.min_interval = options.dns_min_interval
@@ -58,7 +60,8 @@ class Subchannels:
         self.active = False       # first used: from then on, round_robin keeps every subchannel connected
         self._connecting = False  # try_to_connect asked for a connection and none is READY yet
         self.addresses: List[str] = []           # per slot: its address (a parked slot: the one it had)
-        self._slot_of: Dict[str, int] = {}       # address -> slot, live or parked
+        self._keys: List[Tuple[str, int]] = []   # per slot: its (address, connection)
+        self._slot_of: Dict[Tuple[str, int], int] = {}  # (address, connection) -> slot, live or parked
         self._parked: List[int] = []             # slots whose address vanished, oldest first
         self._channels: List[Any] = []           # per slot: its grpcio channel, or None
         self._lock = threading.RLock()
@@ -75,6 +78,10 @@ class Subchannels:
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
+        if self.connections > 1:
+            # grpcio's channels to one address with the same arguments share one subchannel (its global pool):
+            # each of ours must be a connection of its own.
+            extra.append(("grpc.use_local_subchannel_pool", 1))
         if self.target.scheme == "whole":  # one grpcio channel, for the target itself: its authority is grpcio's
             return list(options.passthrough) + extra
         given = dict(options.passthrough)
@@ -100,7 +107,7 @@ class Subchannels:
 
     @property
     def live_addresses(self) -> List[str]:
-        return [a for a, slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN]
+        return list(dict.fromkeys(a for (a, _), slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN))
 
     def on_resolution(self, addresses: List[str], error: Optional[str]) -> None:
         """A lookup's answer (on the resolver thread): the flavor applies it where it makes subchannels."""
@@ -113,15 +120,15 @@ class Subchannels:
                 return
             if addresses:
                 self.resolution_error = None
-                wanted = dict.fromkeys(addresses)
-                for address, slot in self._slot_of.items():
-                    if address not in wanted and self.picker.state(slot) != SHUTDOWN:
+                wanted = dict.fromkeys((a, k) for a in addresses for k in range(self.connections))
+                for key, slot in self._slot_of.items():
+                    if key not in wanted and self.picker.state(slot) != SHUTDOWN:
                         self._park(slot)
-                for address in wanted:
-                    slot = self._slot_of.get(address, -1)
+                for key in wanted:
+                    slot = self._slot_of.get(key, -1)
                     if slot >= 0 and self.picker.state(slot) != SHUTDOWN:
                         continue
-                    new.append(self._place(address, slot))
+                    new.append(self._place(key, slot))
             elif not self.live_addresses:
                 self.resolution_error = error
             self.picker.resolved = self.resolved
@@ -143,23 +150,24 @@ class Subchannels:
         if channel is not None:
             self._retire(slot, channel)
 
-    def _place(self, address: str, parked: int) -> int:
-        """A slot for a new (or returning) address, IDLE."""
+    def _place(self, key: Tuple[str, int], parked: int) -> int:
+        """A slot for a new (or returning) connection to an address, IDLE."""
         if parked >= 0:  # back before its slot was reused: calls still remember it
             self._parked.remove(parked)
             self.picker.set_state(parked, IDLE)
             return parked
         if self._parked:
             slot = self._parked.pop(0)
-            del self._slot_of[self.addresses[slot]]
-            self.addresses[slot] = address
+            del self._slot_of[self._keys[slot]]
+            self.addresses[slot], self._keys[slot] = key[0], key
             self.picker.reborn(slot)
         else:
             slot = len(self.addresses)
-            self.addresses.append(address)
+            self.addresses.append(key[0])
+            self._keys.append(key)
             self._channels.append(None)
             self.picker.resize(slot + 1)
-        self._slot_of[address] = slot
+        self._slot_of[key] = slot
         return slot
 
     # -- subchannels ------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ class SubchannelSetMachine(RuleBasedStateMachine):
         live = s.live_addresses
         assert len(live) == len(set(live))
         for address in live:
-            slot = s._slot_of[address]
+            slot = s._slot_of[address, 0]
             assert s.addresses[slot] == address and states[slot] != SHUTDOWN
         for slot in s._parked:
             assert states[slot] == SHUTDOWN and s._channels[slot] is None
