@@ -116,6 +116,8 @@ cpdef int transparent_kind(int code, details):
 cdef class _Attempt:
     cdef int previous       # its grpc-previous-rpc-attempts
     cdef long generation    # the picker's generation when it started
+    cdef int address        # its slot
+    cdef long born          # ... and which address the slot held (picker.born)
     cdef double started     # when
     cdef long sent          # messages it has written
     cdef bint live
@@ -283,6 +285,11 @@ cdef class CallMachine:
             self._idle_since = now
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
+        if self.picker.counting:  # outlier detection: the backend's result (one that never left us is not)
+            if code == STATUS_OK:
+                self.picker.record(a.address, a.born, True)
+            elif transparent_kind(code, details) != NOT_SENT:
+                self.picker.record(a.address, a.born, False)
         if got_headers and self.winner != n:
             self._commit_to(n, out)
         if code != STATUS_OK and (self.winner < 0 or self.winner == n):
@@ -669,6 +676,8 @@ cdef class CallMachine:
         cdef int n = len(self._attempts)
         a.previous = previous
         a.generation = self.picker.generation
+        a.address = address
+        a.born = self.picker._born[address]
         a.started = now
         a.live = True
         self._attempts.append(a)

@@ -13,6 +13,10 @@
 # bumped on every change, so that a call that found nothing to pick can wait for "a change after generation g"
 # without missing one that happened while it looked; and `resolved`, whether the target has resolved (to
 # addresses or to an error), which decides between failing fast and waiting.
+#
+# Outlier detection (gRFC A50, _backends/outliers.py) counts each attempt's result for its slot here (`record`,
+# only while `counting`) and marks slots ejected. An ejected slot gets no attempt while any other slot could take
+# one, used by the call or not; only when nothing else is left does a call go there rather than fail.
 
 cdef enum:
     STATE_IDLE = 0
@@ -33,6 +37,11 @@ cdef class Picker:
     cdef public bint resolved    # the target resolved (to addresses, or to an error)
     cdef list _born              # per slot: the value of `births` when it last took an address
     cdef readonly long births    # bumped each time a slot is given (again) to an address
+    cdef list _ejected           # per slot: ejected by outlier detection
+    cdef readonly int ejected_count
+    cdef public bint counting    # outlier detection wants every attempt's result
+    cdef list _ok                # per slot: attempts that succeeded since take_counts()
+    cdef list _failed            # ... and that failed
 
     def __init__(self, int policy, int size):
         if policy not in (PICK_FIRST, ROUND_ROBIN):
@@ -42,6 +51,11 @@ cdef class Picker:
         self._born = [0] * size
         self.births = 0
         self._next = 0
+        self._ejected = [False] * size
+        self.ejected_count = 0
+        self.counting = False
+        self._ok = [0] * size
+        self._failed = [0] * size
 
     @property
     def size(self):
@@ -52,12 +66,18 @@ cdef class Picker:
 
     def resize(self, int size):
         """New resolution: addresses keep their slot; new slots start IDLE."""
-        if size < len(self._states):
-            del self._states[size:]
-            del self._born[size:]
+        cdef int grow = size - len(self._states)
+        if grow < 0:
+            for i in range(size, len(self._states)):
+                self.eject(i, False)
+            for per_slot in (self._states, self._born, self._ejected, self._ok, self._failed):
+                del per_slot[size:]
         else:
-            self._states.extend([STATE_IDLE] * (size - len(self._states)))
-            self._born.extend([0] * (size - len(self._born)))
+            self._states.extend([STATE_IDLE] * grow)
+            self._born.extend([0] * grow)
+            self._ejected.extend([False] * grow)
+            self._ok.extend([0] * grow)
+            self._failed.extend([0] * grow)
         if self._next >= size:
             self._next = 0
 
@@ -66,6 +86,36 @@ cdef class Picker:
         self.births += 1
         self._born[index] = self.births
         self._states[index] = STATE_IDLE
+        self.eject(index, False)
+        self._ok[index] = self._failed[index] = 0
+
+    cpdef long born(self, int index):
+        return self._born[index]
+
+    def eject(self, int index, bint ejected):
+        """Outlier detection ejects slot `index` (or returns it)."""
+        if self._ejected[index] != ejected:
+            self._ejected[index] = ejected
+            self.ejected_count += 1 if ejected else -1
+
+    def is_ejected(self, int index):
+        return self._ejected[index]
+
+    cdef inline void record(self, int index, long born, bint ok):
+        """An attempt on slot `index` (when it held the address born `born`) ended: ok, or failed."""
+        if self._born[index] == born:
+            if ok:
+                self._ok[index] += 1
+            else:
+                self._failed[index] += 1
+
+    def take_counts(self):
+        """Per slot, (succeeded, failed) since the last time; the counts start again from zero."""
+        counts = list(zip(self._ok, self._failed))
+        n = len(self._ok)
+        self._ok = [0] * n
+        self._failed = [0] * n
+        return counts
 
     cpdef object forget(self, object used, long since):
         """`used` without the slots reborn after births was `since`."""
@@ -92,7 +142,7 @@ cdef class Picker:
     cpdef int pick(self, object used):
         """An address index for the next attempt of a call that used the addresses in mask `used`."""
         cdef int n = len(self._states)
-        cdef int start, i, k, s, ready_used = -1, connectable_used = -1, connectable_unused = -1
+        cdef int start, i, k, s, ready_used = -1, connectable_used = -1, connectable_unused = -1, ejected = -1
         cdef bint is_used
         if n == 0:
             return -1
@@ -101,6 +151,13 @@ cdef class Picker:
             i = (start + k) % n
             s = self._states[i]
             is_used = used is not None and (used >> i) & 1
+            if self.ejected_count and self._ejected[i]:
+                if s == STATE_READY or s == STATE_IDLE or s == STATE_CONNECTING:
+                    # The last resort: an unused READY one, else the first that can take an attempt.
+                    if ejected < 0 or (s == STATE_READY and not is_used and
+                                       (self._states[ejected] != STATE_READY or (used >> ejected) & 1)):
+                        ejected = i
+                continue
             if s == STATE_READY:
                 if not is_used:
                     return self._picked(i, n)
@@ -118,6 +175,8 @@ cdef class Picker:
             return self._picked(ready_used, n)
         if connectable_used >= 0:
             return self._picked(connectable_used, n)
+        if ejected >= 0:
+            return self._picked(ejected, n)
         return -1
 
     cdef inline int _picked(self, int i, int n):

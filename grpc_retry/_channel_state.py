@@ -7,12 +7,13 @@ import logging
 import math
 import random
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
+from grpc_retry._backends.outliers import OutlierStats
 from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
-from grpc_retry._stats import MethodStats, channel_stats
+from grpc_retry._stats import ChannelStats, channel_stats
 from grpc_retry._telemetry import Telemetry, observe_hedging
 
 log = logging.getLogger("grpc_retry")
@@ -72,9 +73,9 @@ class ChannelState:
             policy = self._policies[method] = self._resolve(method)
         return policy
 
-    def retry_stats(self) -> Mapping[str, MethodStats]:
+    def retry_stats(self, outliers: Optional[OutlierStats] = None) -> ChannelStats:
         """A snapshot of each method this channel has called with a retry or hedging policy."""
-        return channel_stats(self._policies)
+        return channel_stats(self._policies, outliers)
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)

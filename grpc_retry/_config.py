@@ -28,13 +28,16 @@ __all__ = [
     "EMPTY_SERVICE_CONFIG",
     "LB_POLICIES",
     "STATUS_CODE_NAMES",
+    "FailurePercentageEjection",
     "HedgingPolicy",
     "MethodConfig",
+    "OutlierDetection",
     "RetryPolicy",
     "RetryThrottling",
     "ServiceConfig",
     "ServiceConfigError",
     "ServiceConfigWarning",
+    "SuccessRateEjection",
     "parse_service_config",
 ]
 
@@ -45,6 +48,7 @@ STATUS_CODE_NAMES = (
     "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
 )
 LB_POLICIES = ("pick_first", "round_robin")
+OUTLIER_DETECTION = "outlier_detection_experimental"  # the name C-core registers for A50's policy
 
 _STATUS_CODES = {name: code for code, name in enumerate(STATUS_CODE_NAMES)}
 # proto3 JSON: seconds, up to 9 fractional digits, "s" (and ".01s", which grpc-go's published example writes)
@@ -120,9 +124,45 @@ class RetryThrottling:
 
 
 @dataclass(frozen=True)
+class SuccessRateEjection:
+    stdev_factor: int = 1900
+    enforcement_percentage: int = 100
+    minimum_hosts: int = 5
+    request_volume: int = 100
+
+
+@dataclass(frozen=True)
+class FailurePercentageEjection:
+    threshold: int = 85
+    enforcement_percentage: int = 100
+    minimum_hosts: int = 5
+    request_volume: int = 50
+
+
+@dataclass(frozen=True)
+class OutlierDetection:
+    """gRFC A50's `outlier_detection` policy config (seconds for durations); the child policy is the
+    ServiceConfig's lb_policy."""
+
+    interval: float = 10.0
+    base_ejection_time: float = 30.0
+    max_ejection_time: float = 300.0
+    max_ejection_percent: int = 10
+    success_rate: Optional[SuccessRateEjection] = None
+    failure_percentage: Optional[FailurePercentageEjection] = None
+
+    @property
+    def counting(self) -> bool:
+        """A50: with neither algorithm, calls are not counted and nothing is ejected."""
+        return self.success_rate is not None or self.failure_percentage is not None
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     retry_throttling: Optional[RetryThrottling] = None
     lb_policy: Optional[str] = None  # "pick_first" | "round_robin" | None
+    outlier_detection: Optional[OutlierDetection] = None
+    health_check_service: Optional[str] = None  # healthCheckConfig.serviceName ("" is the whole server)
     # Keys: "/service/method" (exact), "/service/" (whole service), "" (the default config).
     method_configs: Mapping[str, MethodConfig] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False)
@@ -235,6 +275,11 @@ _KNOWN = {
                     "perAttemptRecvTimeout"),
     "hedgingPolicy": ("maxAttempts", "hedgingDelay", "nonFatalStatusCodes"),
     "retryThrottling": ("maxTokens", "tokenRatio"),
+    "healthCheckConfig": ("serviceName",),
+    OUTLIER_DETECTION: ("interval", "baseEjectionTime", "maxEjectionTime", "maxEjectionPercent",
+                        "successRateEjection", "failurePercentageEjection", "childPolicy"),
+    "successRateEjection": ("stdevFactor", "enforcementPercentage", "minimumHosts", "requestVolume"),
+    "failurePercentageEjection": ("threshold", "enforcementPercentage", "minimumHosts", "requestVolume"),
 }
 
 
@@ -374,7 +419,18 @@ class _Parser:
         throttling = self.get(root, "", "retryThrottling", self.retry_throttling)
         policy = self.get(root, "", "loadBalancingPolicy", self.lb_policy_name)
         lb_config = self.get(root, "", "loadBalancingConfig", self.lb_config)
-        return ServiceConfig(throttling, lb_config or policy, MappingProxyType(table), tuple(self.warnings))
+        health = self.get(root, "", "healthCheckConfig", self.health_check)
+        lb, outliers = lb_config or (None, None)
+        return ServiceConfig(throttling, lb or policy, outliers, health, MappingProxyType(table),
+                             tuple(self.warnings))
+
+    def health_check(self, value: Any, path: str) -> Optional[str]:
+        obj = self.json_object(value, path)
+        if obj is None:
+            return None
+        self.unknown_keys(obj, path, "healthCheckConfig")
+        name = self.get(obj, path, "serviceName", self.json_string)
+        return "" if name is None else name
 
     def method_config(self, value: Any, path: str, table: dict[str, MethodConfig]) -> None:
         obj = self.json_object(value, path)
@@ -534,9 +590,9 @@ class _Parser:
         return self.check(None if name is None else name.lower(), path, lambda n: n in LB_POLICIES,
                           f"unsupported policy {_show(name)} (supported: {', '.join(LB_POLICIES)})")
 
-    def lb_config(self, value: Any, path: str) -> Optional[str]:
+    def lb_config(self, value: Any, path: str) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
         """As gRPC: the first entry that names a policy this client implements wins, and the entries after it
-        are not looked at; entries before it that name other policies are skipped."""
+        are not looked at; entries before it that name other policies are skipped. (policy, outlier detection)"""
         items = self.json_list(value, path)
         if items is None:
             return None
@@ -550,7 +606,7 @@ class _Parser:
                 self.error(item_path, "must have exactly one key (the policy name)")
                 return None
             ((name, policy_config),) = entry.items()
-            if name not in LB_POLICIES:
+            if name not in LB_POLICIES and name != OUTLIER_DETECTION:
                 skipped.append(name)
                 continue
             if self.json_object(policy_config, f"{item_path}.{name}") is None:
@@ -558,6 +614,66 @@ class _Parser:
             if skipped:
                 log.info("grpc_retry: loadBalancingConfig: using %s (not implemented here: %s)", name,
                          ", ".join(map(_show, skipped)))
-            return name
-        self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES)})")
+            if name == OUTLIER_DETECTION:
+                return self.outlier_detection(policy_config, f"{item_path}.{name}")
+            return name, None
+        self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES + (OUTLIER_DETECTION,))})")
         return None
+
+    def outlier_detection(self, obj: dict[str, Any], path: str
+                          ) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
+        """gRFC A50's config, validated as A50 says: durations not negative, percentages at most 100."""
+        self.unknown_keys(obj, path, OUTLIER_DETECTION)
+        n_errors = len(self.errors)
+        defaults = OutlierDetection()
+        interval, base, longest = (
+            self.check(self.get(obj, path, key, self.duration), f"{path}.{key}", lambda t: t >= 0,
+                       "must not be negative")
+            for key in ("interval", "baseEjectionTime", "maxEjectionTime"))
+        percent = self.percent(obj, path, "maxEjectionPercent")
+        success = self.get(obj, path, "successRateEjection", self.success_rate_ejection)
+        failure = self.get(obj, path, "failurePercentageEjection", self.failure_percentage_ejection)
+        child = self.get(obj, path, "childPolicy", self.lb_config, required=True)
+        if len(self.errors) > n_errors or child is None:
+            return None
+        if child[1] is not None:
+            self.error(f"{path}.childPolicy", f"{OUTLIER_DETECTION} cannot be its own child")
+            return None
+        base = defaults.base_ejection_time if base is None else base
+        config = OutlierDetection(
+            interval=defaults.interval if interval is None else interval,
+            base_ejection_time=base,
+            max_ejection_time=max(base, defaults.max_ejection_time) if longest is None else longest,
+            max_ejection_percent=defaults.max_ejection_percent if percent is None else percent,
+            success_rate=success, failure_percentage=failure)
+        return child[0], config
+
+    def uint32(self, obj: dict[str, Any], path: str, key: str) -> Optional[int]:
+        return self.check(self.get(obj, path, key, self.integer), f"{path}.{key}",
+                          lambda n: 0 <= n <= _UINT32_MAX, f"must be in [0, {_UINT32_MAX}]")
+
+    def percent(self, obj: dict[str, Any], path: str, key: str) -> Optional[int]:
+        return self.check(self.uint32(obj, path, key), f"{path}.{key}", lambda n: n <= 100,
+                          "must be at most 100")
+
+    def success_rate_ejection(self, value: Any, path: str) -> Optional[SuccessRateEjection]:
+        obj = self.json_object(value, path)
+        if obj is None:
+            return None
+        self.unknown_keys(obj, path, "successRateEjection")
+        given = {"stdev_factor": self.uint32(obj, path, "stdevFactor"),
+                 "enforcement_percentage": self.percent(obj, path, "enforcementPercentage"),
+                 "minimum_hosts": self.uint32(obj, path, "minimumHosts"),
+                 "request_volume": self.uint32(obj, path, "requestVolume")}
+        return SuccessRateEjection(**{k: v for k, v in given.items() if v is not None})
+
+    def failure_percentage_ejection(self, value: Any, path: str) -> Optional[FailurePercentageEjection]:
+        obj = self.json_object(value, path)
+        if obj is None:
+            return None
+        self.unknown_keys(obj, path, "failurePercentageEjection")
+        given = {"threshold": self.percent(obj, path, "threshold"),
+                 "enforcement_percentage": self.percent(obj, path, "enforcementPercentage"),
+                 "minimum_hosts": self.uint32(obj, path, "minimumHosts"),
+                 "request_volume": self.uint32(obj, path, "requestVolume")}
+        return FailurePercentageEjection(**{k: v for k, v in given.items() if v is not None})

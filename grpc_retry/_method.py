@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 from time import monotonic
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Optional, Tuple, cast
 
 import grpc
 
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import log
-from grpc_retry._stats import MethodStats, ThrottleState, throttle_state
+from grpc_retry._stats import ChannelStats, ThrottleState, throttle_state
 from grpc_retry._telemetry import CallTelemetry
 
 # What the application passes to a channel's methods and calls.
@@ -113,11 +113,13 @@ class RetryStatistics:
     """Mixin for both channels: what the channel's retries did."""
 
     _state: ChannelState
+    _subchannels: Any  # the flavor's Subchannels
 
-    def retry_stats(self) -> Mapping[str, MethodStats]:
+    def retry_stats(self) -> ChannelStats:
         """Per method with a retry or hedging policy, what its calls did so far: an immutable snapshot
-        (`grpc_retry.MethodStats`), taken now."""
-        return self._state.retry_stats()
+        (`grpc_retry.MethodStats`), taken now; `.outlier_detection`: what outlier detection did."""
+        outliers = self._subchannels.outliers
+        return self._state.retry_stats(None if outliers is None else outliers.stats())
 
     @property
     def throttle(self) -> Optional[ThrottleState]:

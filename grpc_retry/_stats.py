@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, Mapping, Optional
 
 if TYPE_CHECKING:
+    from grpc_retry._backends.outliers import OutlierStats
     from grpc_retry._core import CallPolicy, RetryThrottle
 
 
@@ -64,10 +65,33 @@ def method_stats(policy: CallPolicy, now: float) -> MethodStats:
         hedges_not_sent_for_budget=0 if hedge is None else hedge.budget_stopped)
 
 
-def channel_stats(policies: Dict[str, CallPolicy]) -> Mapping[str, MethodStats]:
+class ChannelStats(Mapping[str, MethodStats]):
+    """What `retry_stats()` returns: per method with a retry or hedging policy, its MethodStats; and, for the
+    channel's backends, `outlier_detection` (None unless the service config turns it on)."""
+
+    __slots__ = ("_methods", "outlier_detection")
+
+    def __init__(self, methods: Dict[str, MethodStats], outlier_detection: Optional[OutlierStats]) -> None:
+        self._methods = MappingProxyType(methods)
+        self.outlier_detection = outlier_detection
+
+    def __getitem__(self, method: str) -> MethodStats:
+        return self._methods[method]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._methods)
+
+    def __len__(self) -> int:
+        return len(self._methods)
+
+    def __repr__(self) -> str:
+        return f"ChannelStats({dict(self._methods)!r}, outlier_detection={self.outlier_detection!r})"
+
+
+def channel_stats(policies: Dict[str, CallPolicy], outliers: Optional[OutlierStats] = None) -> ChannelStats:
     now = time.monotonic()
-    return MappingProxyType({method: method_stats(policy, now) for method, policy in list(policies.items())
-                             if policy.max_attempts > 1})
+    return ChannelStats({method: method_stats(policy, now) for method, policy in list(policies.items())
+                         if policy.max_attempts > 1}, outliers)
 
 
 def throttle_state(throttle: Optional[RetryThrottle]) -> Optional[ThrottleState]:

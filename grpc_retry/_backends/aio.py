@@ -5,7 +5,7 @@ their addresses are applied on the loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Optional, Set
+from typing import Any, Callable, List, Optional, Set
 
 import grpc
 
@@ -21,6 +21,10 @@ class AioSubchannels(Subchannels):
         # warning on Python 3.12+).
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
         super().__init__(*args)
+
+    def _schedule(self, delay: float, callback: Callable[[], None]) -> Any:
+        assert self._loop is not None
+        return self._loop.call_later(delay, callback)  # started from the channel's first call: on its loop
 
     def _make_channel(self, address: str) -> Any:
         return internals.new_aio_channel(address, self._options, self._credentials, self._compression)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 
+from grpc_retry._backends.outliers import OutlierDetector
 from grpc_retry._backends.resolution import Lookup, shared_lookup
 from grpc_retry._backends.target import parse_target, proxied, whole
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
@@ -70,6 +71,8 @@ class Subchannels:
         self.resolution_error: Optional[str] = None
         self.closed = False
         self._lookup: Optional[Lookup] = None
+        config = options.service_config.outlier_detection
+        self.outliers = None if config is None else OutlierDetector(config, self, self._schedule)
         if self.target.scheme != "dns":
             self._apply(list(self.target.addresses), None)
         else:
@@ -200,8 +203,11 @@ class Subchannels:
                 connect = False
         if connect:
             self._touch(index, channel, True)
-        if activate and self._eager:
-            self._connect_all()
+        if activate:
+            if self.outliers is not None:
+                self.outliers.start()
+            if self._eager:
+                self._connect_all()
         return channel
 
     def _connect_all(self) -> None:
@@ -224,6 +230,26 @@ class Subchannels:
             self._touch(index, channel, True)  # round_robin: a subchannel that lost its connection reconnects
         if self._lookup is not None and state != previous and (previous == READY or state == TRANSIENT_FAILURE):
             self._lookup.reresolve(self)  # a backend lost, or unreachable: has the name moved?
+        self._notify()
+
+    def set_ejected(self, index: int, ejected: bool) -> None:
+        """Outlier detection ejects slot `index`, or returns it. Behind one address (several connections per
+        address) an ejected connection is closed, and opened anew when it returns: the balancer places it again."""
+        with self._lock:
+            if self.closed or self.picker.state(index) == SHUTDOWN:
+                return
+            self.picker.eject(index, ejected)
+            if ejected and self.connections > 1:
+                channel, self._channels[index] = self._channels[index], None
+                if channel is not None:
+                    self._retire(index, channel)
+                self.picker.set_state(index, IDLE)
+            start = not ejected and self.active and self._eager
+        if start:
+            try:
+                self.channel(index, connect=True)
+            except ValueError:  # closed meanwhile
+                pass
         self._notify()
 
     # -- waiting for a change ---------------------------------------------------------------------------
@@ -305,6 +331,8 @@ class Subchannels:
             channels, self._channels = self._channels, [None] * len(self._channels)
             for slot in range(len(channels)):
                 self._unwatch(slot)
+        if self.outliers is not None:
+            self.outliers.close()
         if self._lookup is not None:
             self._lookup.unsubscribe(self)
         return channels
@@ -328,6 +356,10 @@ class Subchannels:
 
     def _touch(self, index: int, channel: Any, connect: bool) -> None:
         """An attempt is going to slot `index`, which is not READY (or `connect`: make it connect)."""
+        raise NotImplementedError
+
+    def _schedule(self, delay: float, callback: Callable[[], None]) -> Any:
+        """Run `callback` in `delay` seconds where this flavor acts (a handle with cancel())."""
         raise NotImplementedError
 
     def _closed_error(self) -> Exception:

@@ -27,6 +27,7 @@ import grpc
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends.subchannels import CONNECTING, READY, RETIRE_GRACE, TRANSIENT_FAILURE, Subchannels, log
 from grpc_retry._serial import SerialThread
+from grpc_retry._timer import TIMERS
 
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
@@ -233,6 +234,9 @@ class SyncSubchannels(Subchannels):
     @property
     def eager(self) -> bool:
         return self._eager
+
+    def _schedule(self, delay: float, callback: Callable[[], None]) -> Any:
+        return TIMERS.schedule(delay, callback, shared=True)  # the channel's, not a call's
 
     def _make_channel(self, address: str) -> Any:
         return internals.new_sync_channel(address, self._options, self._credentials, self._compression)

@@ -142,7 +142,7 @@ class Channel(RetryStatistics, aio.Channel):
                 raise ValueError(f"Interceptor {interceptor} must be UnaryUnaryClientInterceptor or "
                                  "UnaryStreamClientInterceptor or StreamUnaryClientInterceptor or "
                                  "StreamStreamClientInterceptor. ")
-        self._subchannels = AioSubchannels(target, self._state.options, credentials, compression)
+        self._subchannels: AioSubchannels = AioSubchannels(target, self._state.options, credentials, compression)
 
     # -- multicallables ---------------------------------------------------------------------------------
 

@@ -141,7 +141,7 @@ class Channel(RetryStatistics, grpc.Channel):
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]) -> None:
         self._state = ChannelState(target, options)
-        self._subchannels = SyncSubchannels(target, self._state.options, credentials, compression)
+        self._subchannels: SyncSubchannels = SyncSubchannels(target, self._state.options, credentials, compression)
         self._workers = Workers("grpc_retry-hedge")
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []

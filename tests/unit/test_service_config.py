@@ -211,15 +211,18 @@ INVALID = [
     ({"loadBalancingConfig": {"round_robin": {}}}, "loadBalancingConfig: must be a list"),
     (
         {"loadBalancingConfig": []},
-        "loadBalancingConfig: no supported policy (supported: pick_first, round_robin)",
+        "loadBalancingConfig: no supported policy "
+        "(supported: pick_first, round_robin, outlier_detection_experimental)",
     ),
     (
         {"loadBalancingConfig": [{"grpclb": {}}]},
-        "loadBalancingConfig: no supported policy (supported: pick_first, round_robin)",
+        "loadBalancingConfig: no supported policy "
+        "(supported: pick_first, round_robin, outlier_detection_experimental)",
     ),
     (
         {"loadBalancingConfig": [{"ROUND_ROBIN": {}}]},
-        "loadBalancingConfig: no supported policy (supported: pick_first, round_robin)",
+        "loadBalancingConfig: no supported policy "
+        "(supported: pick_first, round_robin, outlier_detection_experimental)",
     ),
 ]
 
@@ -312,9 +315,9 @@ def test_no_config_is_the_empty_config(text: Any) -> None:
 
 def test_empty_object_and_unknown_fields() -> None:
     config = parse_service_config(
-        dumps({"healthCheckConfig": {"serviceName": "x"}, "methodConfig": [], "retryThrottling": None})
+        dumps({"healthCheckConfig": {}, "methodConfig": [], "retryThrottling": None, "future": 1})
     )
-    assert config == EMPTY_SERVICE_CONFIG
+    assert config == EMPTY_SERVICE_CONFIG.__class__(health_check_service="")
     config = parse_service_config(dumps(retry(perAttemptRecvTimeout="1s", future=[1])))
     assert config.method_config("/pkg.Svc/M") == MethodConfig(
         retry_policy=RetryPolicy(3, 0.1, 1.0, 2.0, frozenset({14}))
