@@ -5,11 +5,12 @@ their addresses are applied on the loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import grpc
 
 from grpc_retry import _grpc_internals as internals
+from grpc_retry._backends import health
 from grpc_retry._backends.subchannels import RETIRE_GRACE, Subchannels
 
 
@@ -17,6 +18,7 @@ class AioSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._tasks: List[Optional[asyncio.Task[Any]]] = []
         self._retired: Set[Any] = set()  # channels whose address vanished, closing once their calls end
+        self._health_tasks: Dict[int, asyncio.Task[None]] = {}
         # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
         # warning on Python 3.12+).
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
@@ -47,6 +49,39 @@ class AioSubchannels(Subchannels):
             task, self._tasks[index] = self._tasks[index], None
             if task is not None:
                 task.cancel()
+
+    def _watch_health(self, index: int, channel: Any) -> None:
+        self._health_tasks[index] = asyncio.get_running_loop().create_task(self._health_loop(index, channel))
+
+    def _unwatch_health(self, index: int) -> None:
+        task = self._health_tasks.pop(index, None)
+        if task is not None:
+            task.cancel()
+
+    async def _health_loop(self, index: int, channel: grpc.aio.Channel) -> None:
+        assert self.health_service is not None
+        request, backoff = health.request(self.health_service), health.Backoff()
+        watch: Any = channel.unary_stream(health.WATCH)
+        try:
+            while True:
+                call = watch(request)
+                try:
+                    async for response in call:
+                        backoff.answered()
+                        self.on_health(index, channel, health.healthy(response))
+                    code = grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as error:
+                    code = error.code()
+                finally:
+                    call.cancel()
+                if code == grpc.StatusCode.UNIMPLEMENTED:
+                    self.unimplemented.note(self.target.authority)
+                    self.on_health(index, channel, health.HEALTHY)
+                    return
+                self.on_health(index, channel, health.UNHEALTHY)
+                await asyncio.sleep(backoff.delay())
+        except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
+            return
 
     def _touch(self, index: int, channel: Any, connect: bool) -> None:
         if connect:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 
+from grpc_retry._backends import health
 from grpc_retry._backends.outliers import OutlierDetector
 from grpc_retry._backends.resolution import Lookup, shared_lookup
 from grpc_retry._backends.target import parse_target, proxied, whole
@@ -73,6 +74,12 @@ class Subchannels:
         self._lookup: Optional[Lookup] = None
         config = options.service_config.outlier_detection
         self.outliers = None if config is None else OutlierDetector(config, self, self._schedule)
+        # A17: the service each connected subchannel watches (None: no health checking).
+        self.health_service = health.service_name(options.service_config.health_check_service,
+                                                  dict(options.passthrough))
+        self._health: List[Optional[bool]] = []  # per slot: its backend's last answer (health.UNANSWERED...)
+        self._connected: List[bool] = []         # per slot: its grpcio channel is READY (watched for health)
+        self.unimplemented = health.Unimplemented()
         if self.target.scheme != "dns":
             self._apply(list(self.target.addresses), None)
         else:
@@ -150,6 +157,7 @@ class Subchannels:
         self.picker.set_state(slot, SHUTDOWN)
         self._parked.append(slot)
         channel, self._channels[slot] = self._channels[slot], None
+        self._drop_health(slot)
         if channel is not None:
             self._retire(slot, channel)
 
@@ -169,6 +177,8 @@ class Subchannels:
             self.addresses.append(key[0])
             self._keys.append(key)
             self._channels.append(None)
+            self._health.append(health.UNANSWERED)
+            self._connected.append(False)
             self.picker.resize(slot + 1)
         self._slot_of[key] = slot
         return slot
@@ -221,7 +231,15 @@ class Subchannels:
             if self._channels[index] is not channel:
                 return  # closed or replaced since
             previous = self.picker.state(index)
-            self.picker.set_state(index, state)
+            if self.health_service is not None:
+                if state == READY and not self._connected[index]:
+                    self._connected[index] = True
+                    self._health[index] = health.UNANSWERED
+                    self._watch_health(index, channel)
+                elif state != READY and self._connected[index]:
+                    self._connected[index] = False
+                    self._unwatch_health(index)
+            self.picker.set_state(index, self._with_health(index, state))
         if state == READY:
             self._connecting = False
         elif state == TRANSIENT_FAILURE and self._connecting:
@@ -230,6 +248,31 @@ class Subchannels:
             self._touch(index, channel, True)  # round_robin: a subchannel that lost its connection reconnects
         if self._lookup is not None and state != previous and (previous == READY or state == TRANSIENT_FAILURE):
             self._lookup.reresolve(self)  # a backend lost, or unreachable: has the name moved?
+        self._notify()
+
+    def _with_health(self, index: int, state: int) -> int:
+        """A17: a connected subchannel is READY only while its backend says SERVING."""
+        if state != READY or self.health_service is None:
+            return state
+        answer = self._health[index]
+        return CONNECTING if answer is health.UNANSWERED else READY if answer else TRANSIENT_FAILURE
+
+    def _drop_health(self, index: int) -> None:
+        """(Under the lock.) Slot `index`'s channel is taken out: its health watch ends."""
+        if self._connected[index]:
+            self._connected[index] = False
+            self._unwatch_health(index)
+        self._health[index] = health.UNANSWERED
+
+    def on_health(self, index: int, channel: Any, answer: Optional[bool]) -> None:
+        """Slot `index`'s backend answered its health watch (the flavor's watcher tells)."""
+        with self._lock:
+            if self._channels[index] is not channel or not self._connected[index]:
+                return
+            if self._health[index] == answer:
+                return
+            self._health[index] = answer
+            self.picker.set_state(index, self._with_health(index, READY))
         self._notify()
 
     def set_ejected(self, index: int, ejected: bool) -> None:
@@ -241,6 +284,7 @@ class Subchannels:
             self.picker.eject(index, ejected)
             if ejected and self.connections > 1:
                 channel, self._channels[index] = self._channels[index], None
+                self._drop_health(index)
                 if channel is not None:
                     self._retire(index, channel)
                 self.picker.set_state(index, IDLE)
@@ -330,6 +374,7 @@ class Subchannels:
             self.closed = True
             channels, self._channels = self._channels, [None] * len(self._channels)
             for slot in range(len(channels)):
+                self._drop_health(slot)
                 self._unwatch(slot)
         if self.outliers is not None:
             self.outliers.close()
@@ -348,6 +393,13 @@ class Subchannels:
 
     def _unwatch(self, index: int) -> None:
         """Slot `index`'s channel is gone (under the lock)."""
+
+    def _watch_health(self, index: int, channel: Any) -> None:
+        """(Under the lock.) Start watching the health of slot `index`'s backend (health.py)."""
+        raise NotImplementedError
+
+    def _unwatch_health(self, index: int) -> None:
+        """(Under the lock.) Stop watching it: disconnected, closed or retired."""
 
     def _retire(self, index: int, channel: Any) -> None:
         """(Under the lock.) Slot `index`'s address vanished: close its channel once the attempts in flight on it

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 import grpc
 
 from grpc_retry import _grpc_internals as internals
+from grpc_retry._backends import health
 from grpc_retry._backends.subchannels import CONNECTING, READY, RETIRE_GRACE, TRANSIENT_FAILURE, Subchannels, log
 from grpc_retry._serial import SerialThread
 from grpc_retry._timer import TIMERS
@@ -225,9 +226,58 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POLLER._after_fork)
 
 
+class _HealthWatch:
+    """A17's watch of one subchannel's backend: a thread, for grpcio's sync API reads a stream only by blocking
+    (only channels with healthCheckConfig have them). It ends when stopped: the call is cancelled."""
+
+    def __init__(self, subchannels: SyncSubchannels, index: int, channel: Any, service: str) -> None:
+        self._subchannels, self._index, self._channel = subchannels, index, channel
+        self._request = health.request(service)
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._call: Any = None
+        threading.Thread(target=self._run, name="grpc_retry-health", daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _run(self) -> None:
+        subchannels, index, channel = self._subchannels, self._index, self._channel
+        backoff = health.Backoff()
+        watch = channel.unary_stream(health.WATCH)
+        while True:
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                try:
+                    call = self._call = watch(self._request)
+                except ValueError:  # its channel closed
+                    return
+            try:
+                for response in call:
+                    backoff.answered()
+                    subchannels.on_health(index, channel, health.healthy(response))
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as error:
+                code = error.code()
+            if self._stopped.is_set():
+                return
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                subchannels.unimplemented.note(subchannels.target.authority)
+                subchannels.on_health(index, channel, health.HEALTHY)
+                return
+            subchannels.on_health(index, channel, health.UNHEALTHY)
+            self._stopped.wait(backoff.delay())
+
+
 class SyncSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._entries: List[Optional[_Entry]] = []
+        self._health_watches: Dict[int, _HealthWatch] = {}
         self._retired: List[_Entry] = []
         super().__init__(*args)
 
@@ -249,6 +299,15 @@ class SyncSubchannels(Subchannels):
             self._entries.append(None)
         self._entries[index] = entry
         POLLER.add(entry, connect)
+
+    def _watch_health(self, index: int, channel: Any) -> None:
+        assert self.health_service is not None
+        self._health_watches[index] = _HealthWatch(self, index, channel, self.health_service)
+
+    def _unwatch_health(self, index: int) -> None:
+        watch = self._health_watches.pop(index, None)
+        if watch is not None:
+            watch.stop()
 
     def _unwatch(self, index: int) -> None:
         if index < len(self._entries):

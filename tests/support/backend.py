@@ -87,7 +87,7 @@ class Attempt:
 
 
 class Backend:
-    def __init__(self, workers: int = 32, port: int = 0):
+    def __init__(self, workers: int = 32, port: int = 0, health: bool = False):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on every attempt start / request / end
         self._scripts: Dict[str, Deque[Step]] = collections.defaultdict(collections.deque)
@@ -103,6 +103,14 @@ class Backend:
             "Bidi": grpc.stream_stream_rpc_method_handler(self._bidi),
         }
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
+        # The standard health service (grpcio-health-checking's), when asked for: `health.set(service, status)`.
+        self.health = None
+        if health:
+            from grpc_health.v1 import health as health_service
+            from grpc_health.v1 import health_pb2_grpc
+
+            self.health = health_service.HealthServicer()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         self.target = f"127.0.0.1:{self.port}"
         self._server.start()
