@@ -14,7 +14,7 @@ from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
 from grpc_retry._stats import ChannelStats, channel_stats
-from grpc_retry._telemetry import Telemetry, observe_hedging
+from grpc_retry._telemetry import Telemetry, observe_hedging, observe_outliers
 
 log = logging.getLogger("grpc_retry")
 
@@ -57,6 +57,11 @@ class ChannelState:
         self._policies: Dict[str, CallPolicy] = {}
         if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
+
+    def observe_backends(self, subchannels: Any) -> None:
+        """Export what the channel's backends do (outlier detection's ejections) when metrics are on."""
+        if subchannels.outliers is not None and self.telemetry.meter_provider is not None:
+            observe_outliers(self.telemetry.meter_provider, subchannels.outliers, self.telemetry.target)
 
     def _adaptive(self) -> bool:
         """Whether hedging policies get a HedgingControl: an adaptive delay, an extra-load budget, or both."""

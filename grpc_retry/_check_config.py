@@ -3,6 +3,7 @@ error and warning with its path, then what the config does per method."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -11,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO
 from grpc_retry._config import (
     STATUS_CODE_NAMES,
     MethodConfig,
+    OutlierDetection,
     ServiceConfig,
     ServiceConfigError,
     parse_service_config,
@@ -34,7 +36,22 @@ def describe(config: ServiceConfig) -> Dict[str, Any]:
             "retries_stop_at_or_below_tokens": throttle.max_tokens / 2,
             "failures_in_a_row_to_stop": math.ceil(throttle.max_tokens / 2)},
         "load_balancing": config.lb_policy or "pick_first",
+        "outlier_detection": _outliers(config.outlier_detection),
+        "health_check_service": config.health_check_service,
     }
+
+
+def _outliers(od: Optional[OutlierDetection]) -> Optional[Dict[str, Any]]:
+    if od is None:
+        return None
+    report: Dict[str, Any] = {
+        "interval_s": od.interval, "base_ejection_time_s": od.base_ejection_time,
+        "max_ejection_time_s": od.max_ejection_time, "max_ejection_percent": od.max_ejection_percent}
+    if od.success_rate is not None:
+        report["success_rate_ejection"] = dataclasses.asdict(od.success_rate)
+    if od.failure_percentage is not None:
+        report["failure_percentage_ejection"] = dataclasses.asdict(od.failure_percentage)
+    return report
 
 
 def _name(key: str) -> str:
@@ -107,6 +124,24 @@ def _print_human(report: Dict[str, Any], out: TextIO) -> None:
               f"of {throttle['max_tokens']} tokens (about {throttle['failures_in_a_row_to_stop']} failures in a "
               f"row), each success adds {throttle['token_ratio']}", file=out)
     print(f"  load balancing: {report['load_balancing']}", file=out)
+    od = report["outlier_detection"]
+    if od is not None:
+        rules = []
+        if "success_rate_ejection" in od:
+            sr = od["success_rate_ejection"]
+            rules.append(f"success rate under mean - {sr['stdev_factor'] / 1000} stdev (hosts with "
+                         f"{sr['request_volume']}+ calls, {sr['minimum_hosts']}+ such hosts, enforced "
+                         f"{sr['enforcement_percentage']}%)")
+        if "failure_percentage_ejection" in od:
+            fp = od["failure_percentage_ejection"]
+            rules.append(f"over {fp['threshold']}% failed (hosts with {fp['request_volume']}+ calls, "
+                         f"{fp['minimum_hosts']}+ hosts, enforced {fp['enforcement_percentage']}%)")
+        print(f"  outlier detection: every {od['interval_s']}s, eject on "
+              f"{'; or '.join(rules) or 'nothing (no algorithm set: calls are not counted)'}; for "
+              f"{od['base_ejection_time_s']}s x ejections in a row, at most {od['max_ejection_time_s']}s; "
+              f"at most {od['max_ejection_percent']}% of backends out", file=out)
+    if report["health_check_service"] is not None:
+        print(f"  health checks: Health/Watch for service {report['health_check_service']!r}", file=out)
 
 
 def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] = None) -> int:

@@ -164,6 +164,45 @@ def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) 
             for channel in open_channels for method, hedge in channel.hedges()]
 
 
+# Outlier detection's counters (gRFC A91's names), observed the same way: per meter provider, every open
+# channel's detector, summed per target.
+_outlier_detectors: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+OUTLIER_COUNTERS = {
+    "ejections_enforced_total": "Total enforced ejections due to any outlier type.",
+    "ejections_overflow": "Ejections aborted because of the max ejection percentage.",
+    "ejections_enforced_success_rate": "Enforced success rate outlier ejections.",
+    "ejections_detected_success_rate": "Detected (even if unenforced) success rate outlier ejections.",
+    "ejections_enforced_failure_percentage": "Enforced failure percentage outlier ejections.",
+    "ejections_detected_failure_percentage": "Detected (even if unenforced) failure percentage outlier ejections.",
+}
+
+
+def observe_outliers(provider: Any, detector: Any, target: str) -> None:
+    """Observe `detector` (an OutlierDetector: `closed`, `counts`) on `provider`'s meter, labelled `target`."""
+    detector.metric_target = target
+    with _hedging_lock:
+        detectors = _outlier_detectors.get(provider)
+        if detectors is None:
+            detectors = _outlier_detectors[provider] = weakref.WeakSet()
+            meter = provider.get_meter("grpc_retry", __version__)
+            for name, description in OUTLIER_COUNTERS.items():
+                meter.create_observable_counter(
+                    f"grpc.lb.outlier_detection.{name}", unit="{ejection}", description=description,
+                    callbacks=[functools.partial(_observe_outliers, detectors, name)])
+        detectors.add(detector)
+
+
+def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any = None) -> Iterable[Any]:
+    from opentelemetry.metrics import Observation
+
+    with _hedging_lock:
+        detectors_now = list(detectors)
+    totals: Dict[str, int] = {}
+    for detector in detectors_now:  # a closed channel's ejections still count: counters never go down
+        totals[detector.metric_target] = totals.get(detector.metric_target, 0) + detector.counts[name]
+    return [Observation(value, {"grpc.target": target}) for target, value in totals.items()]
+
+
 class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 

@@ -143,6 +143,7 @@ class Channel(RetryStatistics, aio.Channel):
                                  "UnaryStreamClientInterceptor or StreamUnaryClientInterceptor or "
                                  "StreamStreamClientInterceptor. ")
         self._subchannels: AioSubchannels = AioSubchannels(target, self._state.options, credentials, compression)
+        self._state.observe_backends(self._subchannels)
 
     # -- multicallables ---------------------------------------------------------------------------------
 

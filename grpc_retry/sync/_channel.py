@@ -142,6 +142,7 @@ class Channel(RetryStatistics, grpc.Channel):
                  compression: Optional[grpc.Compression]) -> None:
         self._state = ChannelState(target, options)
         self._subchannels: SyncSubchannels = SyncSubchannels(target, self._state.options, credentials, compression)
+        self._state.observe_backends(self._subchannels)
         self._workers = Workers("grpc_retry-hedge")
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []

@@ -120,3 +120,26 @@ def test_outlier_detection_config_is_checked_at_creation():
     with pytest.raises(grpc_retry.ServiceConfigError,
                        match=r"outlier_detection_experimental\.maxEjectionPercent: must be at most 100"):
         grpc_retry.insecure_channel("127.0.0.1:1", options=[("grpc.service_config", bad)])
+
+
+def test_ejections_are_opentelemetry_counters(backends):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    backends[2].fallback(UNARY, lambda i: fail())
+    reader = InMemoryMetricReader()
+    options = [("grpc.service_config", service_config()),
+               ("grpc_retry.meter_provider", MeterProvider(metric_readers=[reader]))]
+    with grpc_retry.insecure_channel(ipv4(backends), options=options) as channel:
+        call = channel.unary_unary(UNARY)
+        deadline = time.monotonic() + 10
+        while channel.retry_stats().outlier_detection.ejections_enforced_total == 0:
+            assert time.monotonic() < deadline
+            call(b"x", timeout=5)
+        got = {metric.name: metric.data.data_points
+               for resource in reader.get_metrics_data().resource_metrics
+               for scope in resource.scope_metrics for metric in scope.metrics}
+    (enforced,) = got["grpc.lb.outlier_detection.ejections_enforced_total"]
+    assert enforced.value >= 1 and enforced.attributes == {"grpc.target": ipv4(backends)}
+    (detected,) = got["grpc.lb.outlier_detection.ejections_detected_failure_percentage"]
+    assert detected.value >= enforced.value

@@ -83,3 +83,20 @@ def test_output_to_a_stream():
 
     out = io.StringIO()
     assert check("/dev/null", False, 5, out) == 0 and out.getvalue().startswith("valid")
+
+
+def test_outlier_detection_and_health_checks_are_shown(tmp_path, capsys):
+    doc = {"loadBalancingConfig": [{"outlier_detection_experimental": {
+        "interval": "1s", "baseEjectionTime": "5s", "maxEjectionPercent": 50,
+        "failurePercentageEjection": {"threshold": 60, "requestVolume": 10, "minimumHosts": 3},
+        "childPolicy": [{"round_robin": {}}]}}], "healthCheckConfig": {"serviceName": "pkg.Svc"}}
+    code, out = run(tmp_path, capsys, doc)
+    assert code == 0
+    assert "  load balancing: round_robin" in out.out
+    assert "  outlier detection: every 1.0s, eject on over 60% failed (hosts with 10+ calls, 3+ hosts, enforced " \
+           "100%); for 5.0s x ejections in a row, at most 300.0s; at most 50% of backends out" in out.out
+    assert "  health checks: Health/Watch for service 'pkg.Svc'" in out.out
+    code, out = run(tmp_path, capsys, doc, "--json")
+    report = json.loads(out.out)
+    assert report["outlier_detection"]["failure_percentage_ejection"]["threshold"] == 60
+    assert report["health_check_service"] == "pkg.Svc"
