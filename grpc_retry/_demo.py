@@ -26,6 +26,10 @@ CALL = f"/{SERVICE}/Call"
 REPORT = f"/{SERVICE}/Report"
 BACKENDS = ("healthy", "flaky", "slow")
 GRPCIO, RETRY, HEDGING = "grpcio, retry policy", "grpc_retry, retry policy", "grpc_retry, hedging policy"
+OUTLIERS = "grpc_retry, retry + outlier detection"
+# gRFC A50: a backend failing over 30% of 10+ attempts in a 0.2 s sweep is out for 5 s (then longer).
+OUTLIER_DETECTION = {"interval": "0.2s", "baseEjectionTime": "5s", "maxEjectionPercent": 34,
+                     "failurePercentageEjection": {"threshold": 30, "minimumHosts": 3, "requestVolume": 10}}
 
 
 # -- backends --------------------------------------------------------------------------------------------------
@@ -101,16 +105,19 @@ def configs(hedging_delay: float) -> Dict[str, Optional[Dict[str, Any]]]:
                              "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}
     hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{hedging_delay}s",
                                  "nonFatalStatusCodes": ["UNAVAILABLE"]}}
-    return {GRPCIO: retry, "grpc_retry, no policy": None, RETRY: retry, HEDGING: hedging}
+    return {GRPCIO: retry, "grpc_retry, no policy": None, RETRY: retry, OUTLIERS: retry, HEDGING: hedging}
 
 
-def service_config(policy: Optional[Dict[str, Any]]) -> str:
+def service_config(policy: Optional[Dict[str, Any]], outliers: bool = False) -> str:
     method = {"name": [{"service": SERVICE}], **(policy or {})}
-    return json.dumps({"methodConfig": [method], "loadBalancingConfig": [{"round_robin": {}}]})
+    lb: Dict[str, Any] = {"round_robin": {}}
+    if outliers:
+        lb = {"outlier_detection_experimental": {**OUTLIER_DETECTION, "childPolicy": [lb]}}
+    return json.dumps({"methodConfig": [method], "loadBalancingConfig": [lb]})
 
 
 def make_channel(name: str, target: str, policy: Optional[Dict[str, Any]], sync: bool) -> Any:
-    options = [("grpc.service_config", service_config(policy))]
+    options = [("grpc.service_config", service_config(policy, outliers=name == OUTLIERS))]
     if name.startswith("grpcio"):
         return grpc.insecure_channel(target, options=options) if sync else \
             grpc.aio.insecure_channel(target, options=options)
@@ -237,6 +244,8 @@ def meaning(rows: Dict[str, Dict[str, Any]]) -> List[str]:
         f"grpcio's own retries reached {grpcio['success']:.1%}: {retry['retries_to_a_new_backend'] or 0:.0%} of "
         f"grpc_retry's retries went to a backend the call had not used, "
         f"{grpcio['retries_to_a_new_backend'] or 0:.0%} of grpcio's (wherever its round_robin pointed next).",
+        f"Outlier detection (gRFC A50) took the flaky backend out of the first attempts: "
+        f"{rows[OUTLIERS]['attempts_per_call']:.2f} attempts per call instead of {retry['attempts_per_call']:.2f}.",
         f"Hedging, which grpcio ignores, cut the p99 from {grpcio['p99_ms']} ms to {hedging['p99_ms']} ms at "
         f"{hedging['attempts_per_call']:.2f} attempts per call: a call stuck on the slow backend is answered by "
         f"a hedge sent elsewhere.",

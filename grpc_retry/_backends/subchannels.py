@@ -1,5 +1,6 @@
-"""The set of a channel's subchannels: one grpcio channel per resolved address (C-core's retries off), in slots
-the compiled picker chooses from, living as C-core's subchannels do.
+"""The set of a channel's subchannels: one grpcio channel per resolved address and connection (C-core's retries
+off; `grpc_retry.connections_per_address`, each then in grpcio's local subchannel pool so that it is a
+connection of its own), in slots the compiled picker chooses from, living as C-core's subchannels do.
 
 - Slots. An address keeps its slot while it is resolved. One that vanishes is closed and its slot parked
   (SHUTDOWN); if it comes back before the slot is reused it gets the same slot, and calls still remember using it.
@@ -11,8 +12,11 @@ the compiled picker chooses from, living as C-core's subchannels do.
   grpcio channel does that itself.
 - Re-resolution. A `dns:` name is looked up again whenever a subchannel leaves READY or fails to connect, and
   every `dns_refresh` seconds; the lookups are shared with the process's other channels (resolution.py).
+- Health (health.py) and outliers (outliers.py). A connected subchannel whose backend is not SERVING is
+  TRANSIENT_FAILURE to the picker; an ejected one is its last resort (and, several connections per address, is
+  closed, and opened anew when it returns).
 
-The flavors (sync.py, aio.py) make and watch the grpcio channels; this module decides.
+The flavors (sync.py, aio.py) make and watch the grpcio channels and run the health watches; this module decides.
 """
 
 from __future__ import annotations

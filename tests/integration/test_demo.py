@@ -34,6 +34,8 @@ def test_the_figures_are_sane():
     assert retry["retries_to_a_new_backend"] == 1.0
     assert hedging["p99_ms"] < grpcio["p99_ms"] / 2
     assert rows["grpc_retry, no policy"]["attempts_per_call"] == 1.0
+    outliers = rows["grpc_retry, retry + outlier detection"]
+    assert outliers["success"] >= 0.99 and outliers["attempts_per_call"] < retry["attempts_per_call"]
 
 
 def test_the_sync_demo_and_usage_errors():
