@@ -38,10 +38,11 @@ import grpc.aio
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 
-import grpc_retry  # noqa: E402
-import grpc_retry.aio  # noqa: E402
 from support.backend import UNARY, Backend, Step, fail  # noqa: E402
 from support.l4 import L4Balancer  # noqa: E402
+
+import grpc_retry  # noqa: E402
+import grpc_retry.aio  # noqa: E402
 
 SERVICE = "grpc_retry.test.Echo"
 RETRY = {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
