@@ -636,7 +636,7 @@ class _StreamResponse(_Call):
         return Metadata.from_tuple(self._initial)
 
 
-_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed")
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen")
 
 
 class _StreamRequest(_Call):
@@ -656,6 +656,9 @@ class _StreamRequest(_Call):
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
         self._begin()
+        # Ended before the application got the call (failed fast: no backend): grpc.aio's call would still be
+        # sending its headers, and its first write() would fail with the call's status, not as "finished".
+        self._ended_unseen = self._done
 
     def _queue(self, message: Any) -> None:
         try:
@@ -696,6 +699,9 @@ class _StreamRequest(_Call):
         if self._iterator_given:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)
         if self._done:
+            if self._ended_unseen:
+                self._ended_unseen = False
+                self._raise_if_failed()
             raise asyncio.InvalidStateError(_FINISHED)
         if self._half_closed:
             raise asyncio.InvalidStateError(_HALF_CLOSED)

@@ -306,11 +306,30 @@ async def connecting_new_channels(make, backend) -> Any:
     return ready
 
 
+async def failing_fast_then_writing(make, backend) -> Any:
+    """A channel to a closed port: calls fail fast (UNAVAILABLE); once it is in TRANSIENT_FAILURE, a new stream
+    call's first write() raises the call's error (grpc.aio's call fails while sending its headers), the next one
+    says the call is finished."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    seen = []
+    async with make(f"127.0.0.1:{port}") as channel:
+        for wait_for_ready in (None, False):
+            seen.append(await outcome(channel.unary_unary(UNARY)(b"u", timeout=5, wait_for_ready=wait_for_ready)))
+            call = channel.stream_stream(BIDI)(timeout=5, wait_for_ready=wait_for_ready)
+            first = await outcome(call.write(b"1"))
+            seen.append((first[:2], await outcome(call.write(b"2")), await call.code()))
+    return [(s[0], s[1]) if s[0] == "error" else s for s in seen]
+
+
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
                                       deadlines_and_failures, refusals, time_remaining,
                                       metadata_and_compression, refused_metadata, interceptors, closing,
                                       state_after_close,
-                                      connecting_new_channels],
+                                      connecting_new_channels, failing_fast_then_writing],
                          ids=lambda f: f.__name__)
 def test_same_as_grpc_aio(aio_channel, scenario):
     same_as_grpc_aio(scenario, aio_channel)
