@@ -43,9 +43,26 @@ def lookup(target: Target) -> List[str]:
         return list(target.addresses)
     if target.dns_server is not None:
         return _ask_server(target)
+    if _numeric_shorthand(target.host):
+        # libc reads "0.1" or "127.1" as an IPv4 address (inet_aton's old forms); gRPC's resolver takes only a
+        # dotted quad as an address, and asks DNS for anything else, where such a name never exists.
+        raise OSError(f"{target.host!r} is neither an IPv4 address (a.b.c.d) nor a DNS name")
     infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     return _unique((str(sockaddr[0]) for family, _, _, _, sockaddr in infos
                     if family in (socket.AF_INET, socket.AF_INET6)), target.port)
+
+
+def _numeric_shorthand(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET, host)
+        return False
+    except OSError:
+        pass
+    try:
+        socket.inet_aton(host)
+        return True
+    except OSError:
+        return False
 
 
 def _unique(hosts: Any, port: int) -> List[str]:

@@ -54,3 +54,12 @@ def test_dns_authority_names_the_server_to_ask(target, server):
 def test_dns_authority_must_be_an_address():
     with pytest.raises(ValueError, match="must be an IP address"):
         parse_target("dns://resolver.example/svc.test:1")
+
+
+@pytest.mark.parametrize("host", ["0.1", "127.1", "0x7f.0.0.1", "2130706433"])
+def test_numeric_shorthands_are_not_addresses_as_in_grpc(host):
+    """libc's resolver reads these as IPv4 addresses; gRPC's takes only a dotted quad (grpcio's own tests use
+    "0.1:1111" as a target that cannot resolve)."""
+    with pytest.raises(OSError, match="neither an IPv4 address"):
+        resolve(parse_target(f"{host}:1111"))
+    assert resolve(parse_target("127.0.0.1:1111")) == ["ipv4:127.0.0.1:1111"]
