@@ -5,6 +5,7 @@ their addresses are applied on the loop."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import grpc
@@ -19,6 +20,7 @@ class AioSubchannels(Subchannels):
         self._tasks: List[Optional[asyncio.Task[Any]]] = []
         self._retired: Set[Any] = set()  # channels whose address vanished, closing once their calls end
         self._health_tasks: Dict[int, asyncio.Task[None]] = {}
+        weakref.finalize(self, _cancel_tasks, self._health_tasks)
         # The loop grpc.aio's own channel would bind to (made outside a coroutine too, with no deprecation
         # warning on Python 3.12+).
         self._loop: Optional[asyncio.AbstractEventLoop] = internals.aio_working_loop()
@@ -51,37 +53,14 @@ class AioSubchannels(Subchannels):
                 task.cancel()
 
     def _watch_health(self, index: int, channel: Any) -> None:
-        self._health_tasks[index] = asyncio.get_running_loop().create_task(self._health_loop(index, channel))
+        assert self.health_service is not None
+        self._health_tasks[index] = asyncio.get_running_loop().create_task(
+            _health_loop(weakref.ref(self), index, channel, self.health_service))
 
     def _unwatch_health(self, index: int) -> None:
         task = self._health_tasks.pop(index, None)
         if task is not None:
             task.cancel()
-
-    async def _health_loop(self, index: int, channel: grpc.aio.Channel) -> None:
-        assert self.health_service is not None
-        request, backoff = health.request(self.health_service), health.Backoff()
-        watch: Any = channel.unary_stream(health.WATCH)
-        try:
-            while True:
-                call = watch(request)
-                try:
-                    async for response in call:
-                        backoff.answered()
-                        self.on_health(index, channel, health.healthy(response))
-                    code = grpc.StatusCode.OK
-                except grpc.aio.AioRpcError as error:
-                    code = error.code()
-                finally:
-                    call.cancel()
-                if code == grpc.StatusCode.UNIMPLEMENTED:
-                    self.unimplemented.note(self.target.authority)
-                    self.on_health(index, channel, health.HEALTHY)
-                    return
-                self.on_health(index, channel, health.UNHEALTHY)
-                await asyncio.sleep(backoff.delay())
-        except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
-            return
 
     def _touch(self, index: int, channel: Any, connect: bool) -> None:
         if connect:
@@ -143,3 +122,45 @@ class AioSubchannels(Subchannels):
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+async def _health_loop(owner: weakref.ref[AioSubchannels], index: int, channel: grpc.aio.Channel,
+                       service: str) -> None:
+    """A17's watch of one subchannel's backend. It holds its channel's set weakly: a channel dropped without
+    close() is collected, and its finalizer cancels the watches."""
+
+    def tell(answer: Optional[bool], unimplemented: bool = False) -> None:
+        subchannels = owner()
+        if subchannels is not None:
+            if unimplemented:
+                subchannels.unimplemented.note(subchannels.target.authority)
+            subchannels.on_health(index, channel, answer)
+
+    request, backoff = health.request(service), health.Backoff()
+    watch: Any = channel.unary_stream(health.WATCH)
+    try:
+        while True:
+            call = watch(request)
+            try:
+                async for response in call:
+                    backoff.answered()
+                    tell(health.healthy(response))
+                code = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+            finally:
+                call.cancel()
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                tell(health.HEALTHY, unimplemented=True)
+                return
+            tell(health.UNHEALTHY)
+            await asyncio.sleep(backoff.delay())
+    except (asyncio.CancelledError, grpc.aio.UsageError, RuntimeError):
+        return
+
+
+def _cancel_tasks(tasks: Dict[int, asyncio.Task[None]]) -> None:
+    for task in list(tasks.values()):  # (a finalizer runs on whichever thread collects)
+        loop = task.get_loop()
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)

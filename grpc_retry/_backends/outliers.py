@@ -15,6 +15,7 @@ import logging
 import random
 import statistics
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
@@ -77,7 +78,7 @@ class OutlierDetector:
         if self.config.counting and self._timer is None and not self._closed:
             self._subchannels.picker.counting = True
             self._subchannels.picker.take_counts()
-            self._timer = self._schedule(self.config.interval, self._tick)
+            self._timer = self._schedule(self.config.interval, _tick(self))
 
     def close(self) -> None:
         self._closed = True
@@ -98,7 +99,7 @@ class OutlierDetector:
         except Exception:
             log.exception("grpc_retry: outlier detection sweep failed")
         if not self._closed:
-            self._timer = self._schedule(self.config.interval, self._tick)
+            self._timer = self._schedule(self.config.interval, _tick(self))
 
     def sweep(self) -> None:
         """One A50 timer run: swap the counts, run both algorithms, age the multipliers, return the due."""
@@ -184,3 +185,15 @@ class OutlierDetector:
         suffix = f" (connection {slot})" if subchannels.connections > 1 else ""
         return f"{subchannels.addresses[slot]}{suffix}"
 
+
+def _tick(detector: OutlierDetector) -> Callable[[], None]:
+    """The sweep timer's callback: it holds the detector weakly, so that a channel dropped without close() is
+    not kept alive by its own timer (the sweeps then stop)."""
+    ref = weakref.ref(detector)
+
+    def tick() -> None:
+        found = ref()
+        if found is not None:
+            found._tick()
+
+    return tick

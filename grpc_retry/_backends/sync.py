@@ -231,7 +231,10 @@ class _HealthWatch:
     (only channels with healthCheckConfig have them). It ends when stopped: the call is cancelled."""
 
     def __init__(self, subchannels: SyncSubchannels, index: int, channel: Any, service: str) -> None:
-        self._subchannels, self._index, self._channel = subchannels, index, channel
+        # Its channel's set, held weakly: a channel dropped without close() is collected, and its finalizer
+        # stops the watches (SyncSubchannels).
+        self._subchannels = weakref.ref(subchannels)
+        self._index, self._channel = index, channel
         self._request = health.request(service)
         self._stopped = threading.Event()
         self._lock = threading.Lock()
@@ -245,8 +248,13 @@ class _HealthWatch:
         if call is not None:
             call.cancel()
 
+    def _tell(self, answer: Optional[bool]) -> None:
+        subchannels = self._subchannels()
+        if subchannels is not None:
+            subchannels.on_health(self._index, self._channel, answer)
+
     def _run(self) -> None:
-        subchannels, index, channel = self._subchannels, self._index, self._channel
+        channel = self._channel
         backoff = health.Backoff()
         watch = channel.unary_stream(health.WATCH)
         while True:
@@ -260,24 +268,32 @@ class _HealthWatch:
             try:
                 for response in call:
                     backoff.answered()
-                    subchannels.on_health(index, channel, health.healthy(response))
+                    self._tell(health.healthy(response))
                 code = grpc.StatusCode.OK
             except grpc.RpcError as error:
                 code = error.code()
             if self._stopped.is_set():
                 return
             if code == grpc.StatusCode.UNIMPLEMENTED:
-                subchannels.unimplemented.note(subchannels.target.authority)
-                subchannels.on_health(index, channel, health.HEALTHY)
+                subchannels = self._subchannels()
+                if subchannels is not None:
+                    subchannels.unimplemented.note(subchannels.target.authority)
+                self._tell(health.HEALTHY)
                 return
-            subchannels.on_health(index, channel, health.UNHEALTHY)
+            self._tell(health.UNHEALTHY)
             self._stopped.wait(backoff.delay())
+
+
+def _stop_watches(watches: Dict[int, _HealthWatch]) -> None:
+    for watch in list(watches.values()):
+        watch.stop()
 
 
 class SyncSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._entries: List[Optional[_Entry]] = []
         self._health_watches: Dict[int, _HealthWatch] = {}
+        weakref.finalize(self, _stop_watches, self._health_watches)
         self._retired: List[_Entry] = []
         super().__init__(*args)
 

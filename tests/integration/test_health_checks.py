@@ -137,3 +137,24 @@ def test_inhibit_health_checking_turns_it_off(client, healthy_backends):
         assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
     assert len(sick.attempts_of(UNARY)) == 5  # pick_first, health ignored: all on the first address
     channel.close()
+
+
+def test_a_sync_channel_dropped_without_close_leaves_no_health_thread_or_sweep(healthy_backends):
+    import gc
+    import weakref
+
+    import grpc_retry
+
+    config = json.loads(options("round_robin")[0][1])
+    config["loadBalancingConfig"] = [{"outlier_detection_experimental": {
+        "interval": "0.05s", "failurePercentageEjection": {}, "childPolicy": [{"round_robin": {}}]}}]
+    channel = grpc_retry.insecure_channel(target(healthy_backends),
+                                          options=[("grpc.service_config", json.dumps(config))])
+    for _ in range(6):
+        channel.unary_unary(UNARY)(b"x", timeout=5)
+    wait_until(lambda: [t for t in threading.enumerate() if t.name == "grpc_retry-health"], timeout=5)
+    detector = weakref.ref(channel._subchannels.outliers)
+    del channel
+    gc.collect()
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name == "grpc_retry-health"], timeout=5)
+    assert detector() is None
