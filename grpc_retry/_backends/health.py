@@ -14,8 +14,6 @@ import logging
 import random
 from typing import Any, Optional
 
-import grpc
-
 from grpc_retry._proto import health_pb2  # generated from third_party/health.proto when the package is built
 
 log = logging.getLogger("grpc_retry")
@@ -84,7 +82,3 @@ class Unimplemented:
             self._logged = True
             log.warning("health checking: a backend of %r answers Health/Watch with UNIMPLEMENTED: taken as "
                         "healthy, as gRFC A17 says", target)
-
-
-def ended_unimplemented(code: Optional[grpc.StatusCode]) -> bool:
-    return code == grpc.StatusCode.UNIMPLEMENTED
