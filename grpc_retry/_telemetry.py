@@ -133,12 +133,12 @@ class _Metrics:
 # observed when a reader collects: nothing per call. A meter keeps the first instrument of a name (and only its
 # callbacks), so the instruments are made once per meter provider and observe every open channel made with it.
 _hedging_channels: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
-_hedging_lock = threading.Lock()
+_observed_lock = threading.Lock()
 
 
 def observe_hedging(provider: Any, channel: Any) -> None:
     """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `hedges()`) on `provider`'s meter."""
-    with _hedging_lock:
+    with _observed_lock:
         channels = _hedging_channels.get(provider)
         if channels is None:
             channels = _hedging_channels[provider] = weakref.WeakSet()
@@ -156,7 +156,7 @@ def observe_hedging(provider: Any, channel: Any) -> None:
 def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) -> Iterable[Any]:
     from opentelemetry.metrics import Observation
 
-    with _hedging_lock:
+    with _observed_lock:
         open_channels = [channel for channel in channels if not channel.closed]
     now = time.monotonic()
     return [Observation(hedge.delay(now) if delays else hedge.budget_stopped,
@@ -180,7 +180,7 @@ OUTLIER_COUNTERS = {
 def observe_outliers(provider: Any, detector: Any, target: str) -> None:
     """Observe `detector` (an OutlierDetector: `closed`, `counts`) on `provider`'s meter, labelled `target`."""
     detector.metric_target = target
-    with _hedging_lock:
+    with _observed_lock:
         detectors = _outlier_detectors.get(provider)
         if detectors is None:
             detectors = _outlier_detectors[provider] = weakref.WeakSet()
@@ -195,7 +195,7 @@ def observe_outliers(provider: Any, detector: Any, target: str) -> None:
 def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any = None) -> Iterable[Any]:
     from opentelemetry.metrics import Observation
 
-    with _hedging_lock:
+    with _observed_lock:
         detectors_now = list(detectors)
     totals: Dict[str, int] = {}
     for detector in detectors_now:  # a closed channel's ejections still count: counters never go down

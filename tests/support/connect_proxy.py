@@ -49,25 +49,30 @@ class ConnectProxy:
         rest = head.split(b"\r\n\r\n", 1)[1]
         if rest:
             upstream.sendall(rest)
-        for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+        splice(client, upstream)
 
     def close(self) -> None:
         self._sock.close()
+
+
+def splice(client: socket.socket, upstream: socket.socket) -> None:
+    """Pipe bytes both ways between two connected sockets, a thread each way, until either side closes."""
+    for a, b in ((client, upstream), (upstream, client)):
+        threading.Thread(target=_pipe, args=(a, b), daemon=True, name="proxy-pipe").start()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

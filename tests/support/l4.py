@@ -9,7 +9,7 @@ import socket
 import threading
 from typing import List, Optional, Sequence
 
-from support.connect_proxy import ConnectProxy
+from support.connect_proxy import splice
 
 
 class L4Balancer:
@@ -49,8 +49,7 @@ class L4Balancer:
                 client.close()  # the backend is down: the client sees its connection reset, as through an LB
                 continue
             upstream.settimeout(None)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=ConnectProxy._pipe, args=(a, b), daemon=True, name="l4-pipe").start()
+            splice(client, upstream)
 
     def close(self) -> None:
         self._sock.close()
