@@ -23,13 +23,20 @@ def compile_protos() -> None:
             sys.exit(f"protoc failed on {proto}")
 
 
+# The per-call Python of the drivers, compiled as it is (Cython's pure-Python mode: the .py stays the source,
+# read, typed and tested as Python; annotations are not taken as C types, so it behaves as it reads).
+COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._grpc_internals", "grpc_retry.aio._call"]
+
+
 def extensions():
     from Cython.Build import cythonize
 
-    ext = Extension("grpc_retry._core", [os.path.join("_cython", "_core.pyx")])
-    return cythonize([ext], language_level=3, compiler_directives={
-        "boundscheck": False, "wraparound": False, "cdivision": True, "embedsignature": True,
-    })
+    core = cythonize([Extension("grpc_retry._core", [os.path.join("_cython", "_core.pyx")])], language_level=3,
+                     compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True,
+                                          "embedsignature": True})
+    drivers = cythonize([Extension(name, [name.replace(".", os.sep) + ".py"]) for name in COMPILED_MODULES],
+                        language_level=3, compiler_directives={"annotation_typing": False, "binding": True})
+    return core + drivers
 
 
 compile_protos()

@@ -3,8 +3,8 @@ call of each shape divided by a grpc.aio unary call's, in alternating rounds.
 
 - "unary_stream": grpcio's cheapest public shape that reports headers first, a unary-stream call with one response
   whose headers are awaited before its message (grpc_retry's sync channel hedges unary calls in it);
-- "two_batches": the attempt grpc_retry's asyncio channel hedges unary calls in (`AioHeadersFirst`), two batches on
-  grpc.aio's Cython call, in flight together: the request with the headers, and the response with the status.
+- "two_batches": the attempt grpc_retry's asyncio channel hedges unary calls in (`AioUnary`, headers first), two
+  batches on grpc.aio's Cython call, in flight together: the request with the headers, and the response with the status.
 
 Prints one JSON object as its last line. Usage: python bench/headers_shape.py [--calls N] [--rounds R]
 """
@@ -22,11 +22,11 @@ from overhead import PAYLOAD, SERVICE, start_server
 
 
 async def _measure(target: str, calls: int, rounds: int) -> dict:
-    from grpc_retry._grpc_internals import AioHeadersFirst
+    from grpc_retry._grpc_internals import AioUnary
 
     channel = grpc.aio.insecure_channel(target)
     unary, one = channel.unary_unary(f"/{SERVICE}/Unary"), channel.unary_stream(f"/{SERVICE}/One")
-    headers_first = AioHeadersFirst(unary)
+    headers_first = AioUnary(unary, True)
 
     async def unary_call():
         await unary(PAYLOAD)
@@ -40,7 +40,7 @@ async def _measure(target: str, calls: int, rounds: int) -> dict:
     async def two_batches_call():
         attempt = headers_first(PAYLOAD, timeout=None, metadata=(), credentials=None, wait_for_ready=None,
                                 compression=None)
-        await attempt._call_response
+        await attempt.code()
 
     shapes = {"unary": unary_call, "unary_stream": unary_stream_call, "two_batches": two_batches_call}
     result: dict = {}
@@ -68,7 +68,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--calls", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args(argv)
-    process, target = start_server()
+    process, port = start_server()
+    target = f"127.0.0.1:{port}"
     try:
         ratios = asyncio.run(_measure(target, args.calls, args.rounds))
     finally:

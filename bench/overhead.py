@@ -2,14 +2,20 @@
 service config), on the happy path, against one server process, in alternating rounds of one run, at several
 numbers of calls in flight.
 
-Points: aio unary, aio server-streaming (5 messages), sync unary (a thread per call in flight), each with a retry
-policy; and a hedged unary call (hedgingDelay 1 s, so the first attempt always answers first) against plain
-grpcio unary with the same config (grpcio ignores hedgingPolicy). With opentelemetry-sdk installed, the unary
-points again with an OpenTelemetry SDK meter provider and tracer provider on grpc_retry's channel
-(`*_otel`: every call recorded and traced, spans batched to an exporter that drops them); the other points have
-telemetry off, as by default.
+Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
+- `unary`, `server_stream` (5 messages): a retry policy, one address;
+- `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
+  same config (grpcio ignores hedgingPolicy);
+- `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
+  config; `vs_one_address` is its grpc_retry CPU per call over the same call's on one address (round_robin);
+- `unary_otel` (with opentelemetry-sdk installed): the unary point with an OpenTelemetry SDK meter provider and
+  tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
+  them); the other points have telemetry off, as by default.
+- `channel_first_call`: wall time to make a channel and have its first call answered, 1 and 300 addresses,
+  grpc_retry's over grpcio's (medians of alternating tries).
 
-Prints one JSON object as its last line. Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16]
+Prints one JSON object as its last line.
+Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16] [--points aio_unary,sync_unary,...]
 """
 
 from __future__ import annotations
@@ -39,6 +45,16 @@ HEDGING_CONFIG = json.dumps({"methodConfig": [{
     "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "1s", "nonFatalStatusCodes": ["UNAVAILABLE"]},
 }]})
 PAYLOAD = b"x" * 64
+MANY = 300  # addresses of the unary_300 point
+
+
+def round_robin(config: str) -> str:
+    return json.dumps({**json.loads(config), "loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def many_addresses(port: int, count: int = MANY) -> str:
+    """`count` loopback addresses of one server (it listens on all of 127.0.0.0/8)."""
+    return "ipv4:" + ",".join(f"127.0.{i // 250}.{i % 250 + 1}:{port}" for i in range(count))
 
 
 def _serve(port_queue) -> None:
@@ -60,7 +76,7 @@ def _serve(port_queue) -> None:
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
             "One": grpc.unary_stream_rpc_method_handler(one),
         })])
-        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
+        port_queue.put(server.add_insecure_port("0.0.0.0:0"))
         await server.start()
         await server.wait_for_termination()
 
@@ -68,10 +84,11 @@ def _serve(port_queue) -> None:
 
 
 def start_server():
+    """The server process and its port (reached as 127.0.0.1:port, or any other loopback address)."""
     queue = multiprocessing.Queue()
     process = multiprocessing.Process(target=_serve, args=(queue,), daemon=True)
     process.start()
-    return process, f"127.0.0.1:{queue.get(timeout=30)}"
+    return process, queue.get(timeout=30)
 
 
 def summarize(plain: List[float], ours: List[float]) -> dict:
@@ -84,17 +101,65 @@ def summarize(plain: List[float], ours: List[float]) -> dict:
     }
 
 
-def _alternate(plain: Callable[[], None], ours: Callable[[], None], calls: int, rounds: int) -> dict:
-    """CPU per call of each, in rounds that alternate which goes first."""
-    plain(), ours()  # warm up connections and caches
-    samples: Dict[str, List[float]] = {"plain": [], "ours": []}
+def _alternate(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> Dict[str, List[float]]:
+    """CPU per call of each run, in rounds that alternate their order."""
+    for run in runs.values():
+        run()  # warm up connections and caches
+    samples: Dict[str, List[float]] = {name: [] for name in runs}
+    order = list(runs.items())
     for r in range(rounds):
-        order = (("plain", plain), ("ours", ours))
         for name, run in (order if r % 2 == 0 else order[::-1]):
             start = time.process_time()
             run()
             samples[name].append((time.process_time() - start) / calls)
-    return summarize(samples["plain"], samples["ours"])
+    return samples
+
+
+def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> dict:
+    """runs: "plain", "ours" and maybe "ours_one_address" (then `vs_one_address`: ours over it)."""
+    samples = _alternate(runs, calls, rounds)
+    result = summarize(samples["plain"], samples["ours"])
+    if "ours_one_address" in samples:
+        result["vs_one_address"] = round(statistics.median(
+            o / b for o, b in zip(samples["ours"], samples["ours_one_address"], strict=True)), 3)
+    return result
+
+
+def otel_options() -> list:
+    """Channel options that turn grpc_retry's metrics and spans on with OpenTelemetry's SDK ([] without it)."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    except ImportError:
+        return []
+
+    class Drop(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return [("grpc_retry.meter_provider", MeterProvider(metric_readers=[InMemoryMetricReader()])),
+            ("grpc_retry.tracer_provider", tracer_provider)]
+
+
+def _points(port: int) -> Dict[str, dict]:
+    """Each point: its method kind, and the channels (target, config, extra options of ours) of each run."""
+    one, many = f"127.0.0.1:{port}", many_addresses(port)
+    points = {
+        "unary": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
+        "server_stream": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
+        "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
+        "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
+                      "ours": (many, round_robin(RETRY_CONFIG), []),
+                      "ours_one_address": (one, round_robin(RETRY_CONFIG), [])},
+    }
+    otel = otel_options()
+    if otel:
+        points["unary_otel"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, otel)}
+    return points
 
 
 # -- asyncio ----------------------------------------------------------------------------------------------------
@@ -126,60 +191,49 @@ def _aio_runner(loop: asyncio.AbstractEventLoop, one, calls: int, inflight: int)
     return lambda: loop.run_until_complete(all_workers())
 
 
-def otel_options() -> list:
-    """Channel options that turn grpc_retry's metrics and spans on with OpenTelemetry's SDK ([] without it)."""
-    try:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-    except ImportError:
-        return []
-
-    class Drop(SpanExporter):
-        def export(self, spans):
-            return SpanExportResult.SUCCESS
-
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
-    return [("grpc_retry.meter_provider", MeterProvider(metric_readers=[InMemoryMetricReader()])),
-            ("grpc_retry.tracer_provider", tracer_provider)]
-
-
-def _aio_points(target: str, calls: int, rounds: int, inflights: List[int]) -> dict:
+def _aio_channel(run: str, target: str, config: str, extra: list):
     import grpc_retry.aio
 
+    options = [("grpc.service_config", config)]
+    if run == "plain":
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc_retry.aio.insecure_channel(target, options + extra)
+
+
+def _aio_points(port: int, calls: int, rounds: int, inflights: List[int], wanted) -> dict:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     results = {}
-
-    async def channels(config: str, extra: list = ()):
-        options = [("grpc.service_config", config)]
-        return (grpc.aio.insecure_channel(target, options=options),
-                grpc_retry.aio.insecure_channel(target, options + list(extra)))
-
-    retry_plain, retry_ours = loop.run_until_complete(channels(RETRY_CONFIG))
-    hedge_plain, hedge_ours = loop.run_until_complete(channels(HEDGING_CONFIG))
-    points = [("aio_unary", retry_plain, retry_ours, "unary"),
-              ("aio_server_stream", retry_plain, retry_ours, "stream"),
-              ("aio_hedged_unary", hedge_plain, hedge_ours, "unary")]
-    otel = otel_options()
-    if otel:
-        points.append(("aio_unary_otel", retry_plain, loop.run_until_complete(channels(RETRY_CONFIG, otel))[1],
-                       "unary"))
-    for name, plain, ours, kind in points:
-        results[name] = {}
-        for inflight in inflights:
-            results[name][str(inflight)] = _alternate(
-                _aio_runner(loop, _aio_one(plain, kind), calls, inflight),
-                _aio_runner(loop, _aio_one(ours, kind), calls, inflight), calls, rounds)
-    for channel in {id(c): c for point in points for c in point[1:3]}.values():
-        loop.run_until_complete(channel.close())
+    for name, point in _points(port).items():
+        if not wanted(f"aio_{name}"):
+            continue
+        channels = {run: loop.run_until_complete(_make(lambda run=run, p=point[run]: _aio_channel(run, *p)))
+                    for run in point if run != "kind"}
+        results[f"aio_{name}"] = {str(inflight): _compare(
+            {run: _aio_runner(loop, _aio_one(channel, point["kind"]), calls, inflight)
+             for run, channel in channels.items()}, calls, rounds) for inflight in inflights}
+        for channel in channels.values():
+            loop.run_until_complete(channel.close())
     loop.close()
     return results
 
 
+async def _make(make):
+    return make()
+
+
 # -- sync -------------------------------------------------------------------------------------------------------
+
+
+def _sync_one(channel, kind: str):
+    if kind == "stream":
+        stream = channel.unary_stream(STREAM)
+
+        def one_stream(request):
+            for _ in stream(request):
+                pass
+        return one_stream
+    return channel.unary_unary(UNARY)
 
 
 def _sync_runner(method, calls: int, inflight: int) -> Callable[[], None]:
@@ -199,24 +253,77 @@ def _sync_runner(method, calls: int, inflight: int) -> Callable[[], None]:
     return run
 
 
-def _sync_points(target: str, calls: int, rounds: int, inflights: List[int]) -> dict:
+def _sync_channel(run: str, target: str, config: str, extra: list):
     import grpc_retry
 
-    options = [("grpc.service_config", RETRY_CONFIG)]
-    plain = grpc.insecure_channel(target, options=options)
-    points = {"sync_unary": grpc_retry.insecure_channel(target, options=options)}
-    otel = otel_options()
-    if otel:
-        points["sync_unary_otel"] = grpc_retry.insecure_channel(target, options=options + otel)
+    options = [("grpc.service_config", config)]
+    if run == "plain":
+        return grpc.insecure_channel(target, options=options)
+    return grpc_retry.insecure_channel(target, options + extra)
+
+
+def _sync_points(port: int, calls: int, rounds: int, inflights: List[int], wanted) -> dict:
     results: dict = {}
-    for name, ours in points.items():
-        results[name] = {}
-        for inflight in inflights:
-            results[name][str(inflight)] = _alternate(
-                _sync_runner(plain.unary_unary(UNARY), calls, inflight),
-                _sync_runner(ours.unary_unary(UNARY), calls, inflight), calls, rounds)
-        ours.close()
-    plain.close()
+    for name, point in _points(port).items():
+        if not wanted(f"sync_{name}"):
+            continue
+        channels = {run: _sync_channel(run, *point[run]) for run in point if run != "kind"}
+        results[f"sync_{name}"] = {str(inflight): _compare(
+            {run: _sync_runner(_sync_one(channel, point["kind"]), calls, inflight)
+             for run, channel in channels.items()}, calls, rounds) for inflight in inflights}
+        for channel in channels.values():
+            channel.close()
+    return results
+
+
+# -- a new channel ----------------------------------------------------------------------------------------------
+
+
+def _sync_first_call(make, target: str, options: list) -> Callable[[], None]:
+    def once():
+        channel = make(target, options=options)
+        channel.unary_unary(UNARY)(PAYLOAD, timeout=30)
+        channel.close()
+    return once
+
+
+def _aio_first_call(loop, make, target: str, options: list) -> Callable[[], None]:
+    async def once():
+        channel = make(target, options=options)
+        await channel.unary_unary(UNARY)(PAYLOAD, timeout=30)
+        await channel.close()
+    return lambda: loop.run_until_complete(once())
+
+
+def _first_call(port: int, tries: int) -> dict:
+    """Wall time from making a channel to its first call's answer, grpc_retry's over grpcio's (same config)."""
+    import grpc_retry
+    import grpc_retry.aio
+
+    config = round_robin(RETRY_CONFIG)
+    results = {}
+    loop = asyncio.new_event_loop()
+    for addresses in (1, MANY):
+        target = f"127.0.0.1:{port}" if addresses == 1 else many_addresses(port, addresses)
+        options = [("grpc.service_config", config)]
+        for api, plain, ours in (
+                ("sync", _sync_first_call(grpc.insecure_channel, target, options),
+                 _sync_first_call(grpc_retry.insecure_channel, target, options)),
+                ("aio", _aio_first_call(loop, grpc.aio.insecure_channel, target, options),
+                 _aio_first_call(loop, grpc_retry.aio.insecure_channel, target, options))):
+            samples: Dict[str, List[float]] = {"plain": [], "ours": []}
+            plain(), ours()  # imports and first-use caches
+            for r in range(tries):
+                for name, once in ((("plain", plain), ("ours", ours)) if r % 2 == 0
+                                   else (("ours", ours), ("plain", plain))):
+                    start = time.perf_counter()
+                    once()
+                    samples[name].append(time.perf_counter() - start)
+            results[f"{api}_{addresses}"] = {
+                "ratio": round(statistics.median(samples["ours"]) / statistics.median(samples["plain"]), 3),
+                "plain_ms": round(statistics.median(samples["plain"]) * 1e3, 2),
+                "grpc_retry_ms": round(statistics.median(samples["ours"]) * 1e3, 2)}
+    loop.close()
     return results
 
 
@@ -225,13 +332,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--calls", type=int, default=2048, help="calls per round and channel")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds per channel and point")
     parser.add_argument("--inflight", default="1,16,128", help="calls in flight at each point, comma-separated")
+    parser.add_argument("--points", default="", help="comma-separated names (aio_unary, sync_hedged_unary, "
+                        "channel_first_call, ...): only these; a name ending in * is a prefix")
     args = parser.parse_args(argv)
     inflights = [int(n) for n in args.inflight.split(",")]
-    process, target = start_server()
+    patterns = [p for p in args.points.split(",") if p]
+
+    def wanted(name: str) -> bool:
+        return not patterns or any(name == p or p.endswith("*") and name.startswith(p[:-1]) for p in patterns)
+
+    process, port = start_server()
     try:
         result = {"calls_per_round": args.calls, "rounds": args.rounds, "grpcio": grpc.__version__}
-        result.update(_aio_points(target, args.calls, args.rounds, inflights))
-        result.update(_sync_points(target, args.calls, args.rounds, inflights))
+        result.update(_aio_points(port, args.calls, args.rounds, inflights, wanted))
+        result.update(_sync_points(port, args.calls, args.rounds, inflights, wanted))
+        if wanted("channel_first_call"):
+            result["channel_first_call"] = _first_call(port, max(args.rounds, 4))
     finally:
         process.kill()
     print(json.dumps(result))

@@ -85,11 +85,12 @@ async def aio_half_close(attempt: Any) -> None:
         pass
 
 
-# A hedged unary call needs each attempt's response headers before its response (they commit the call). grpc.aio's
-# unary-unary call gets both in one batch; its unary-stream call shows headers first but costs ~1.6x the CPU (four
-# batches, and tasks to drive them). An attempt made here is two batches on grpc.aio's Cython call, in flight
-# together: the request with the headers, and the response with the status. Headers first, at about a unary
-# call's cost.
+# A unary-unary attempt, made on grpc.aio's Cython call directly: no grpc.aio call object and no task, only the
+# batches and a done callback on each (grpc.aio's own unary call adds a Python call object, an invocation task, and
+# a loop turn before its batch starts). Unhedged, one batch carries the whole exchange, as grpc.aio's. Hedged, the
+# attempt must show its response headers before its response (they commit the call), where grpc.aio's unary call
+# gets both at once and its unary-stream call costs ~1.6x the CPU (four batches, and tasks to drive them): two
+# batches in flight together, the request with the headers and the response with the status.
 
 _NO_FLAGS = 0
 _WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_explicitly_set,
@@ -97,46 +98,53 @@ _WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_ex
                    | cygrpc.InitialMetadataFlags.wait_for_ready}
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
+_CORE_ERROR = "Internal error from Core"
 
 
 def _start_batch(call: Any, operations: Tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop) -> Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]:
-    """Start a batch now, without a task of its own: grpcio's execute_batch, run up to its one wait. It returns
-    that coroutine and the future it waits on; once the future is done, `_finish_batch` runs the rest (which
-    reads what the batch received)."""
+    """Start a batch now, without a task: grpcio's execute_batch, run up to its one wait. It returns that coroutine
+    and the future it waits on; once the future is done, `_finish_batch` runs the rest (which reads what the batch
+    received into its operations)."""
     batch = cygrpc.execute_batch(call, operations, loop)
     future = batch.send(None)
-    future._asyncio_future_blocking = False  # yielded to us, not to a task: a task of ours may now await it
+    future._asyncio_future_blocking = False  # yielded to us, not to a task
     return batch, future
 
 
-def _finish_batch(batch: Coroutine[Any, Any, None]) -> None:
+def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
+    """Finish a started batch whose future is done: False if it failed (the call's status then says how)."""
     try:
         batch.send(None)
     except StopIteration:
-        return
+        return True
+    except cygrpc.ExecuteBatchError:
+        return False
+    batch.close()
     raise RuntimeError("grpcio's execute_batch waited more than once")
 
 
-class AioHeadersFirst:
-    """What a hedged unary method's attempts go through on one subchannel: made like a grpc.aio multicallable
-    (of bytes), it makes `AioHeadersFirstAttempt`s."""
+class AioUnary:
+    """A unary-unary method on one subchannel: made like a grpc.aio multicallable (of bytes), it makes
+    `AioUnaryAttempt`s, headers first (for hedging) or not."""
 
-    __slots__ = ("_multicallable", "_handle")
+    __slots__ = ("_multicallable", "_handle", "_headers_first")
 
-    def __init__(self, multicallable: Any) -> None:
+    def __init__(self, multicallable: Any, headers_first: bool) -> None:
         self._multicallable = multicallable  # grpc.aio's unary-unary multicallable, for its channel and method
         handle = getattr(multicallable, "_registered_call_handle", None)  # grpcio 1.71 on
         self._handle = () if handle is None else (handle,)
+        self._headers_first = headers_first
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any) -> AioHeadersFirstAttempt:
+                 wait_for_ready: Optional[bool], compression: Any) -> AioUnaryAttempt:
         m = self._multicallable
         if compression or not isinstance(metadata, tuple):
             metadata = tuple(m._init_metadata(metadata, compression))
         deadline = None if timeout is None else time.time() + timeout
         call = m._channel.call(m._method, deadline, credentials, wait_for_ready, *self._handle)
-        attempt = AioHeadersFirstAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready])
+        attempt = AioUnaryAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready],
+                                  self._headers_first)
         # Tracked as grpc.aio's own calls are (its close cancels them), where grpc.aio tracks them (1.83 on).
         register = getattr(getattr(m, "_python_channel", None), "_register_call", None)
         if register is not None:
@@ -144,92 +152,112 @@ class AioHeadersFirst:
         return attempt
 
 
-class AioHeadersFirstAttempt:
-    """One attempt of a hedged unary call. It tells the driver what happens as it happens, from its own task:
-    `on_headers()` when the response headers came, `on_end(response or EOF)` when it ended (either may be None;
-    `error`, then set, is what grpc.aio would have raised from the call instead).
+class AioUnaryAttempt:
+    """One attempt of a unary-unary call. It tells the driver what happens, from the done callbacks of its batches:
+    `on_headers()` when the response headers came (headers first only), `on_end(response or EOF)` when it ended.
+    Building its batches may raise (metadata grpcio cannot send): grpc.aio would raise that from the call.
     It keeps its own status and headers, where the driver reads a grpc.aio call's (`_cython_call` is itself),
     and answers what grpc.aio's channel asks of its calls: done(), cancel(), code(), add_done_callback()."""
 
-    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters",
-                 "_call_response", "on_headers", "on_end", "error", "__weakref__")  # grpc.aio's channel keeps a weakref
+    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
+                 "_ops", "_first", "_last", "_end_waits", "on_headers", "on_end",
+                 "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
 
-    def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: bytes, metadata: Metadata,
-                 flags: int) -> None:
+    def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: bytes, metadata: Metadata, flags: int,
+                 headers_first: bool) -> None:
         self._call = call
         self._loop = loop
         self._status: Any = None
         self._initial_metadata: Optional[Metadata] = None
         self._locally_cancelled = False
-        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers
+        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers (or the end)
+        self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self.on_headers: Optional[Callable[[], None]] = None
         self.on_end: Optional[Callable[[Any], None]] = None
-        self.error: Optional[Exception] = None  # what grpc.aio would raise from the call (metadata it cannot send)
+        self._end_waits: Optional[bool] = None  # headers first: the end, done before the headers were read
         context = cygrpc.build_census_context()  # grpcio's observability, as its own calls (None without it)
-        self._call_response = loop.create_task(self._run(request, metadata, flags, context))
-
-    @property
-    def _cython_call(self) -> AioHeadersFirstAttempt:
-        return self
-
-    async def _run(self, request: bytes, metadata: Metadata, flags: int, context: Any) -> Any:
-        response = cygrpc.EOF
-        try:
-            if self._status is None:  # not cancelled before it began
-                response = await self._exchange(request, metadata, flags, context)
-        except asyncio.CancelledError:  # as grpc.aio's own invocation task: the call goes with it
-            self.cancel()
-        except Exception as error:  # nothing was sent: grpc.aio would raise this from the call
-            self.error = error
-            if self._status is None:
-                self._call.cancel(repr(error))
-                self._set_status(cygrpc.AioRpcStatus(13, repr(error), (), None))
-        on_end = self.on_end
-        if on_end is not None:
-            on_end(response)
-        return response
-
-    async def _exchange(self, request: bytes, metadata: Metadata, flags: int, context: Any) -> Any:
-        call, loop = self._call, self._loop
         if context is not None:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
         headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
         message = cygrpc.ReceiveMessageOperation(_NO_FLAGS)
         status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
-        ending = None
-        try:
-            # The response's batch first: started only once the headers came, it would end a loop turn later
-            # (under load, a turn is milliseconds).
-            ending, ended = _start_batch(call, (message, status), loop)
+        self._ops: Tuple[Any, ...] = (headers, message, status)  # () once ended
+        sending = (cygrpc.SendInitialMetadataOperation(metadata, flags),
+                   cygrpc.SendMessageOperation(request, _NO_FLAGS), cygrpc.SendCloseFromClientOperation(_NO_FLAGS))
+        # (the batch, its future): the one that ends with the status, and (headers first) the one before it
+        self._first: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]] = None
+        if headers_first:
+            # The response's batch first: started only once the headers came, it would end a loop turn later.
+            self._last = _start_batch(call, (message, status), loop)
             try:
-                await cygrpc.execute_batch(call, (
-                    cygrpc.SendInitialMetadataOperation(metadata, flags),
-                    cygrpc.SendMessageOperation(request, _NO_FLAGS),
-                    cygrpc.SendCloseFromClientOperation(_NO_FLAGS), headers), loop)
-            except cygrpc.ExecuteBatchError:
-                pass  # the call failed before its headers: its status says how
+                self._first = _start_batch(call, sending + (headers,), loop)
+            except BaseException:
+                self._abandon()
+                raise
+            self._first[1].add_done_callback(self._headers_done)
+        else:
+            self._last = _start_batch(call, sending + self._ops, loop)
+        self._last[1].add_done_callback(self._end_done)
+
+    @property
+    def _cython_call(self) -> AioUnaryAttempt:
+        return self
+
+    def _headers_done(self, _: Any) -> None:
+        first, self._first = self._first, None
+        if first is None:
+            return  # cancelled meanwhile: it ended then
+        if _finish_batch(first[0]) and self._status is None:  # else it failed before its headers: the end says
+            self._set_headers(self._ops[0].initial_metadata())
+            # Empty headers with the end already here need no telling: the end tells all.
+            if self.on_headers is not None and (self._initial_metadata or not self._last[1].done()):
+                self.on_headers()
+        if self._end_waits is not None:  # the end came first, and waited for the headers
+            self._end(self._end_waits)
+
+    def _end_done(self, _: Any) -> None:
+        if not self._ops:
+            return  # cancelled meanwhile: it ended then
+        finished = _finish_batch(self._last[0])
+        if self._first is not None:  # the headers' batch is done too, but not yet read: the end comes after it
+            self._end_waits = finished
+        else:
+            self._end(finished)
+
+    def _end(self, finished: bool) -> None:
+        response = cygrpc.EOF
+        if self._status is None:  # not cancelled meanwhile
+            headers, message, status = self._ops
+            if not finished:
+                self._set_status(cygrpc.AioRpcStatus(13, _CORE_ERROR, (), None))
             else:
-                if self._status is None:
-                    self._set_headers(headers.initial_metadata())
-                    # Empty headers with the end already here need no telling: the end tells all.
-                    if self.on_headers is not None and (self._initial_metadata or not ended.done()):
-                        self.on_headers()
-            await ended
-            _finish_batch(ending)
-        except cygrpc.ExecuteBatchError as error:
-            if self._status is None:
-                self._set_status(cygrpc.AioRpcStatus(13, "Internal error from Core", (), str(error)))
-            return cygrpc.EOF
-        finally:
-            if ending is not None:
-                ending.close()  # finished, or this task was cancelled: the call is cancelled too
-        if self._status is not None:
-            return cygrpc.EOF  # cancelled meanwhile
-        code = status.code()
-        self._set_status(cygrpc.AioRpcStatus(code, status.details(), status.trailing_metadata(),
-                                             status.error_string()))
-        response = message.message()
-        return cygrpc.EOF if code != 0 or response is None else response
+                self._set_headers(headers.initial_metadata())
+                code = status.code()
+                self._set_status(cygrpc.AioRpcStatus(code, status.details(), status.trailing_metadata(),
+                                                     status.error_string()))
+                if code == 0 and message.message() is not None:
+                    response = message.message()
+        self._ops = ()
+        on_end = self.on_end
+        self.on_headers = self.on_end = None  # they hold the attempt: no cycle outlives it (nor its C-core call)
+        if on_end is not None:
+            on_end(response)
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for callback in callbacks:
+                callback(self)
+
+    def _abandon(self) -> None:
+        """Stop waiting for the batches of a cancelled call: C-core completes them later, maybe once the loop is
+        closed, and a batch whose future is cancelled completes into nothing (as grpc.aio's, once its task is
+        cancelled)."""
+        for batch in (self._first, self._last):
+            if batch is not None:
+                if not batch[1].done():
+                    batch[1].remove_done_callback(self._headers_done if batch is self._first else self._end_done)
+                    batch[1].cancel()
+                batch[0].close()
+        self._first = None
 
     def _set_headers(self, metadata: Metadata) -> None:
         if self._initial_metadata is None:
@@ -257,7 +285,10 @@ class AioHeadersFirstAttempt:
         await self.initial_metadata()
 
     async def code(self) -> Any:
-        await asyncio.shield(self._call_response)
+        if self._ops:  # not ended: its end sets the status, then calls back
+            ended: asyncio.Future[None] = self._loop.create_future()
+            self.add_done_callback(lambda _: None if ended.done() else ended.set_result(None))
+            await ended
         return _STATUS_CODES[self._status.code()]
 
     def done(self) -> bool:
@@ -267,15 +298,24 @@ class AioHeadersFirstAttempt:
         return self._locally_cancelled
 
     def cancel(self) -> bool:
+        """Cancel the attempt: it ends now (`on_end(EOF)` and the done callbacks run before this returns)."""
         if self._status is not None:
             return False
         self._locally_cancelled = True
         self._call.cancel(_LOCALLY_CANCELLED)
         self._set_status(cygrpc.AioRpcStatus(1, _LOCALLY_CANCELLED, None, None))
+        if self._ops:
+            self._abandon()
+            self._end(False)
         return True
 
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:  # grpc.aio's channel, tracking it
-        self._call_response.add_done_callback(lambda _: callback(self))
+        if not self._ops:
+            callback(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
 
 
 class AioCallBase:
@@ -444,4 +484,4 @@ def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
 def _decode(value: Any) -> Optional[str]:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    return cast(Optional[str], value)
+    return cast("Optional[str]", value)

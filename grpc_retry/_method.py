@@ -29,13 +29,14 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 
 class Method:
-    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response` and
+    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response`, `direct` and
     `headers_first` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "headers_first", "subchannels", "calls", "attempt_streams", "unary_response")
-    # The channel's attempt shape for hedged unary calls, made from grpcio's unary-unary multicallable; None: none.
-    HEADERS_FIRST: Optional[Callable[[Any], Any]] = None
+                 "direct", "headers_first", "subchannels", "calls", "attempt_streams", "unary_response")
+    # The channel's own unary-unary attempt shape, made from grpcio's unary-unary multicallable and whether it
+    # shows its response headers first (hedging); None: grpcio's multicallables as they are.
+    DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -45,11 +46,12 @@ class Method:
         self.deserializer = deserializer
         self._policy = state.policy(method)
         # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel has a shape of its own for
-        # it (HEADERS_FIRST); the sync one uses grpcio's unary-stream shape.
-        self.headers_first = kind == "unary_unary" and self._policy.hedging and self.HEADERS_FIRST is not None
+        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel has a unary shape of its own
+        # (DIRECT_UNARY) that can; the sync one uses grpcio's unary-stream shape.
+        self.direct = kind == "unary_unary" and self.DIRECT_UNARY is not None
+        self.headers_first = self.direct and self._policy.hedging
         self._attempt_kind = ("unary_stream" if kind == "unary_unary" and self._policy.hedging
-                              and not self.headers_first else kind)
+                              and not self.direct else kind)
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         self.unary_response = kind in ("unary_unary", "stream_unary")
         self.subchannels = subchannels
@@ -63,15 +65,15 @@ class Method:
         entry = self._inner.get(index)
         if entry is None or entry[0] is not channel:  # new, or the address came back on a new grpcio channel
             multicallable = getattr(channel, self._attempt_kind)(self._method)
-            if self.headers_first:
-                multicallable = cast(Callable[[Any], Any], self.HEADERS_FIRST)(multicallable)
+            if self.direct:
+                multicallable = cast(Callable[[Any, bool], Any], self.DIRECT_UNARY)(multicallable, self.headers_first)
             entry = self._inner[index] = (channel, multicallable)
         return entry[1]
 
     def _serialize(self, request: Any) -> Optional[bytes]:
         """The request's bytes, or None if the application's serializer failed (the call then fails INTERNAL)."""
         if self._serializer is None:
-            return cast(Optional[bytes], request)
+            return cast("Optional[bytes]", request)
         try:
             return self._serializer(request)
         except Exception:

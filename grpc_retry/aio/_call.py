@@ -119,14 +119,20 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             if obs is not None:
                 obs.leave_attempt(token)
         self._attempts[n] = attempt
+        if method.direct:  # a unary-unary attempt of our own: it reports itself
+            if self._hedged:
+                if self._watchers is None:
+                    self._watchers = {}
+                attempt.on_headers = partial(self._headers_came, n, attempt)
+                attempt.on_end = partial(self._headers_first_ended, n, attempt)
+            else:
+                self._current = n
+                attempt.on_end = partial(self._direct_ended, n, attempt)
+            self._wake_readers()
+            return
         if self._hedged:
             if self._watchers is None:
                 self._watchers = {}
-            if method.headers_first:  # it reports itself: no watcher task
-                attempt.on_headers = partial(self._headers_came, n, attempt)
-                attempt.on_end = partial(self._headers_first_ended, n, attempt)
-                self._wake_readers()
-                return
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
         if method.attempt_streams or self._hedged:
             # grpc.aio sends the request (or the metadata) from a task of its own, which raises when it cannot
@@ -320,7 +326,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                 del self._watchers[n]
         self._ended(n, attempt, False)
 
-    def _headers_came(self, n: int, attempt: internals.AioHeadersFirstAttempt) -> None:
+    def _headers_came(self, n: int, attempt: internals.AioUnaryAttempt) -> None:
         """A hedged unary attempt's headers came (`_first_answer`, for the headers-first shape): headers commit the
         call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
         if self._attempts.get(n) is not attempt or self._winner == n:
@@ -328,18 +334,15 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         if internals.aio_initial_metadata(attempt):
             self._act(self._machine.headers(n, monotonic()))
         else:
-            cast(Dict[int, Any], self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+            cast("Dict[int, Any]", self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
 
-    def _headers_first_ended(self, n: int, attempt: internals.AioHeadersFirstAttempt, response: Any) -> None:
+    def _headers_first_ended(self, n: int, attempt: internals.AioUnaryAttempt, response: Any) -> None:
         """A hedged unary attempt ended, with its response or EOF: a response commits the call to it (unless its
         headers did already), then its status goes to the machine."""
-        grace = cast(Dict[int, Any], self._watchers).pop(n, None)
+        grace = cast("Dict[int, Any]", self._watchers).pop(n, None)
         if grace is not None:
             grace.cancel()
         if self._attempts.get(n) is not attempt:
-            return
-        if attempt.error is not None:
-            self._refused(attempt.error)
             return
         if response is not _EOF:
             if self._winner != n:
@@ -347,6 +350,14 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             if self._winner == n:
                 self._response = response
         self._ended(n, attempt, False)
+
+    def _direct_ended(self, n: int, attempt: internals.AioUnaryAttempt, response: Any) -> None:
+        """An unhedged unary-unary attempt ended, with its response or EOF."""
+        if self._attempts.get(n) is not attempt:
+            return
+        if response is not _EOF:
+            self._response = response
+        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
     async def _read_response(self, attempt: Any) -> None:  # unary responses: the winner's response
         pass
@@ -382,6 +393,8 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                     log.exception("done callback of %r failed", self)
 
     def _stop_tasks(self) -> None:
+        if not self._watchers and not self._writes:
+            return
         current = asyncio.current_task()
         for tasks in (self._watchers, self._writes):
             if tasks:
@@ -531,12 +544,13 @@ class _UnaryResponse(_Call):
             self._response = response
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self._result().__await__()
-
-    async def _result(self) -> Any:
-        if not self._done:
+        if not self._done:  # (a generator, not a coroutine: one frame less per call)
+            waiter = self._loop.create_future()
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(waiter)
             try:
-                await self._until_done()
+                yield from waiter
             except asyncio.CancelledError:
                 self.cancel()  # as grpc.aio: cancelling the task that awaits the call cancels the call
                 raise

@@ -35,7 +35,7 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_interceptors",)
-    HEADERS_FIRST = internals.AioHeadersFirst
+    DIRECT_UNARY = internals.AioUnary
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:
