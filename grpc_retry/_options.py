@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -124,8 +125,9 @@ def parse_options(options: OptionsType) -> RetryOptions:
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     config = parse_service_config(text, max_attempts_cap=cap)
-    if config.warnings:  # once per channel; stacklevel: the application's channel constructor
-        warnings.warn(ServiceConfigWarning("service config: " + "; ".join(config.warnings)), stacklevel=5)
+    if config.warnings:  # once per channel, at the application's line that made it
+        warnings.warn(ServiceConfigWarning("service config: " + "; ".join(config.warnings)),
+                      stacklevel=_application_level())
 
     lb = ours.get(LB_POLICY)
     if lb is not None and lb not in LB_POLICIES:
@@ -165,3 +167,12 @@ def message_limits(config: ServiceConfig) -> Optional[str]:
             entry["maxResponseMessageBytes"] = mc.max_response_message_bytes
         entries.append(entry)
     return json.dumps({"methodConfig": entries})
+
+
+def _application_level() -> int:
+    """The stacklevel, for its caller's warnings.warn, of the first frame outside grpc_retry: the application's
+    (however many of grpc_retry's frames are between, and compiled modules have none)."""
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("grpc_retry"):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -33,12 +33,16 @@ from grpc_retry._timer import TIMERS
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
 DRIVE = 0.05  # the longest the poller waits inside a grpcio watch (a poke waits at most this long)
+# Attempts read their subchannel's state at most this often: a read takes the grpcio channel's lock, which each of
+# its own calls takes too (read on every attempt, it cost sync calls at 16 in flight ~8% of their CPU).
+ATTEMPT_READ_EVERY = 0.001
 
 
 class _Entry:
     """One watched subchannel."""
 
-    __slots__ = ("owner", "index", "channel", "read", "state", "seen", "hot_until", "period", "dead", "drain_until")
+    __slots__ = ("owner", "index", "channel", "read", "state", "seen", "hot_until", "period", "dead", "drain_until",
+                 "read_after")
 
     def __init__(self, owner: SyncSubchannels, index: int, channel: grpc.Channel) -> None:
         self.owner = weakref.ref(owner)  # a channel dropped without close() is not kept alive by its poller
@@ -51,6 +55,7 @@ class _Entry:
         self.period = FAST
         self.dead = False
         self.drain_until = 0.0  # retired: closed once its calls end, or then at the latest
+        self.read_after = 0.0  # attempts read its state again from then on
 
 
 class Poller:
@@ -336,9 +341,11 @@ class SyncSubchannels(Subchannels):
         if channel is None or not self.active or connect:
             return super().channel(index, connect)
         entry = self._entries[index]
-        if entry is not None:
+        now = monotonic()
+        if entry is not None and now >= entry.read_after:
             # Under load a lost connection is IDLE only until the next attempt reconnects it: too briefly for the
-            # poller, but always seen here. The poller reports it (never this caller's thread).
+            # poller, but seen here. The poller reports it (never this caller's thread).
+            entry.read_after = now + ATTEMPT_READ_EVERY
             try:
                 state = entry.read(False)
             except ValueError:  # closed meanwhile: the attempt will say so
