@@ -37,6 +37,9 @@ class Method:
     # The channel's own unary-unary attempt shape, made from grpcio's unary-unary multicallable and whether it
     # shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
+    # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
+    # grpcio's unary-unary multicallable; None: grpcio's unary-stream shape.
+    HEDGED_UNARY: Optional[Callable[[Any], Any]] = None
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -46,12 +49,12 @@ class Method:
         self.deserializer = deserializer
         self._policy = state.policy(method)
         # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel has a unary shape of its own
-        # (DIRECT_UNARY) that can; the sync one uses grpcio's unary-stream shape.
+        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel's own unary shape
+        # (DIRECT_UNARY) can show them first; the sync channel has a shape for hedging (HEDGED_UNARY).
         self.direct = kind == "unary_unary" and self.DIRECT_UNARY is not None
-        self.headers_first = self.direct and self._policy.hedging
-        self._attempt_kind = ("unary_stream" if kind == "unary_unary" and self._policy.hedging
-                              and not self.direct else kind)
+        hedged_unary = kind == "unary_unary" and self._policy.hedging
+        self.headers_first = hedged_unary and (self.direct or self.HEDGED_UNARY is not None)
+        self._attempt_kind = "unary_stream" if hedged_unary and not self.headers_first else kind
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         self.unary_response = kind in ("unary_unary", "stream_unary")
         self.subchannels = subchannels
@@ -67,6 +70,8 @@ class Method:
             multicallable = getattr(channel, self._attempt_kind)(self._method)
             if self.direct:
                 multicallable = cast(Callable[[Any, bool], Any], self.DIRECT_UNARY)(multicallable, self.headers_first)
+            elif self.headers_first:
+                multicallable = cast(Callable[[Any], Any], self.HEDGED_UNARY)(multicallable)
             entry = self._inner[index] = (channel, multicallable)
         return entry[1]
 

@@ -17,22 +17,23 @@ log = logging.getLogger("grpc_retry")
 
 # How long the thread waits for a new timer once none is pending, before it ends.
 LINGER = 0.05
+# The longest it sleeps at once: a cancelled timer does not wake it (a hedging delay or a backoff is cancelled on
+# most calls), so it finds out this late that nothing is left, and ends.
+NAP = 0.2
 
 
 class TimerHandle:
-    __slots__ = ("callback", "cancelled", "shared", "_timers")
+    __slots__ = ("callback", "cancelled", "shared")
 
-    def __init__(self, callback: Callable[[], None], timers: Timers, shared: bool = False) -> None:
+    def __init__(self, callback: Callable[[], None], shared: bool = False) -> None:
         self.callback: Optional[Callable[[], None]] = callback
         self.cancelled = False
         self.shared = shared  # the process's, not a call's (a name's periodic lookup)
-        self._timers = timers
 
     def cancel(self) -> None:
-        if not self.cancelled:
-            self.cancelled = True
-            self.callback = None  # drop references to the call at once
-            self._timers._cancelled()
+        """Cancel it: the thread drops it when it next looks (within NAP), without being woken for it."""
+        self.cancelled = True
+        self.callback = None  # drop references to the call at once
 
 
 class Timers:
@@ -41,22 +42,21 @@ class Timers:
         self._cond = threading.Condition(threading.Lock())
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
+        self._wakes_at = 0.0  # when the sleeping thread wakes by itself (0: it is awake, and looks before sleeping)
 
     def schedule(self, delay: float, callback: Callable[[], None], shared: bool = False) -> TimerHandle:
-        handle = TimerHandle(callback, self, shared)
+        handle = TimerHandle(callback, shared)
+        when = monotonic() + max(delay, 0.0)
         with self._cond:
-            heapq.heappush(self._heap, (monotonic() + max(delay, 0.0), next(self._seq), handle))
+            heapq.heappush(self._heap, (when, next(self._seq), handle))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grpc_retry-timers", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif when < self._wakes_at:  # else it is awake, or wakes before this is due anyway
+                self._wakes_at = 0.0
+                self._cond.notify()
         return handle
 
-    def _cancelled(self) -> None:
-        """A timer was cancelled: if it was the next one due, the thread looks again (and may end)."""
-        with self._cond:
-            if self._heap and self._heap[0][2].cancelled:
-                self._cond.notify()
 
     def pending(self) -> int:
         """Timers of calls still to fire (those shared by the process's channels not counted)."""
@@ -70,16 +70,22 @@ class Timers:
                     while self._heap and self._heap[0][2].cancelled:
                         heapq.heappop(self._heap)
                     if not self._heap:
-                        if not self._cond.wait(LINGER) and not self._heap:
+                        self._wakes_at = monotonic() + LINGER
+                        woken = self._cond.wait(LINGER)
+                        self._wakes_at = 0.0
+                        if not woken and not self._heap:
                             self._thread = None  # under the lock: the next schedule() starts a new thread
                             return
                         continue
                     when, _, handle = self._heap[0]
-                    wait = when - monotonic()
-                    if wait <= 0:
+                    now = monotonic()
+                    if when <= now:
                         heapq.heappop(self._heap)
                         break
+                    wait = min(when - now, NAP)
+                    self._wakes_at = now + wait
                     self._cond.wait(wait)
+                    self._wakes_at = 0.0
             callback, handle.callback = handle.callback, None
             if callback is not None and not handle.cancelled:
                 try:
@@ -95,6 +101,7 @@ class Timers:
         self._heap = []
         self._cond = threading.Condition(threading.Lock())
         self._thread = None
+        self._wakes_at = 0.0
 
 
 TIMERS = Timers()

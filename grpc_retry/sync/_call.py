@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, cast
 
@@ -219,6 +220,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._peek: Any = None                # (n, first message of n), read before n won
         self._reads: Set[int] = set()         # attempts whose first message is being read before they won
         self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
+        self._graces: Dict[int, Any] = {}     # hedges with empty headers: their silence commits after this timer
         self._timer: Any = None
         # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
         # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
@@ -314,7 +316,11 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
-            call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
+            if method.headers_first:  # a hedged unary attempt that reports itself, from grpcio's spin thread
+                call = inner(payload, on_headers=partial(self._headers_came, n),
+                             on_end=partial(self._headers_first_ended, n), **kwargs)
+            else:
+                call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._not_started(error)
             return
@@ -322,10 +328,13 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             if obs is not None:
                 obs.leave_attempt(token)
         with self._lock:
-            self._attempts[n] = call
+            if n in self._live or not call.done():  # else it ended already, and the machine heard its status
+                self._attempts[n] = call
             if not self._hedged:
                 self._current = n
             self._changed.notify_all()
+        if method.headers_first:
+            return
         if self._hedged:
             try:
                 method.workers.submit(self._watch, n, call)
@@ -428,8 +437,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             self._changed.notify_all()
             call_callbacks, self._call_callbacks = self._call_callbacks, []
             done_callbacks, self._done_callbacks = self._done_callbacks, []
+            graces = list(self._graces.values())
+            self._graces.clear()
         if timer is not None:
             timer.cancel()
+        for grace in graces:
+            grace.cancel()
         self._unwait()
         self._calls.discard(self)
         for callback in call_callbacks:
@@ -462,6 +475,32 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._changed.notify_all()
         return self._machine.status(n, code.value[0], details, trailing, monotonic(),
                                     bool(initial) and code is not _OK and not self._hedged)
+
+    def _headers_came(self, n: int, attempt: Any) -> None:
+        """A hedged unary attempt's headers came (grpcio's spin thread): headers commit the call to it; empty ones
+        may be a Trailers-Only response, so only its response or silence after them does."""
+        if attempt.initial_metadata():
+            self._event(lambda: self._answer(n), n)
+            return
+        grace = TIMERS.schedule(HEADERS_GRACE, lambda: self._event(lambda: self._answer(n), n))
+        with self._lock:
+            self._graces[n] = grace
+
+    def _headers_first_ended(self, n: int, attempt: Any) -> None:
+        """A hedged unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
+        headers did already), then its status goes to the machine."""
+        with self._lock:
+            grace = self._graces.pop(n, None)
+        if grace is not None:
+            grace.cancel()
+        self._event(lambda: self._responded(n, attempt), n)
+
+    def _responded(self, n: int, attempt: Any) -> List[Action]:
+        """(Under the lock.)"""
+        actions: List[Action] = []
+        if internals.sync_response(attempt) is not None and self._machine.winner != n:
+            actions = self._machine.message(n, monotonic())
+        return actions + self._status(n, attempt)
 
     def _watch(self, n: int, call: Any) -> None:
         """A hedge, on the watch pool: report its first answer (headers, or a message), which commits the call;

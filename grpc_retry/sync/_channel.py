@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, List, Optional, Type
 import grpc
 
 from grpc_retry import _bases as bases
+from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import SyncSubchannels, serially
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
@@ -32,6 +33,7 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("workers",)
+    HEDGED_UNARY = internals.SyncHeadersFirst
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
                  kind: str) -> None:
