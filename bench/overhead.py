@@ -46,6 +46,10 @@ HEDGING_CONFIG = json.dumps({"methodConfig": [{
 }]})
 PAYLOAD = b"x" * 64
 MANY = 300  # addresses of the unary_300 point
+# Known and not yet fixed: on grpcio 1.70, a grpc_retry asyncio channel of 300 addresses made and closed over and
+# over can hang in grpc.aio's shutdown (it joins its poller thread); the code before issue 28's work does too.
+OLD_AIO = ("grpc.aio before 1.71 can hang there" if tuple(int(x) for x in grpc.__version__.split(".")[:2]) < (1, 71)
+           else "")
 
 
 def round_robin(config: str) -> str:
@@ -200,9 +204,8 @@ def _aio_channel(run: str, target: str, config: str, extra: list):
     return grpc_retry.aio.insecure_channel(target, options + extra)
 
 
-def _aio_points(port: int, calls: int, rounds: int, inflights: List[int], wanted) -> dict:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+def _aio_points(loop: asyncio.AbstractEventLoop, port: int, calls: int, rounds: int, inflights: List[int],
+                wanted) -> dict:
     results = {}
     for name, point in _points(port).items():
         if not wanted(f"aio_{name}"):
@@ -214,7 +217,6 @@ def _aio_points(port: int, calls: int, rounds: int, inflights: List[int], wanted
              for run, channel in channels.items()}, calls, rounds) for inflight in inflights}
         for channel in channels.values():
             loop.run_until_complete(channel.close())
-    loop.close()
     return results
 
 
@@ -295,14 +297,13 @@ def _aio_first_call(loop, make, target: str, options: list) -> Callable[[], None
     return lambda: loop.run_until_complete(once())
 
 
-def _first_call(port: int, tries: int) -> dict:
+def _first_call(loop: asyncio.AbstractEventLoop, port: int, tries: int) -> dict:
     """Wall time from making a channel to its first call's answer, grpc_retry's over grpcio's (same config)."""
     import grpc_retry
     import grpc_retry.aio
 
     config = round_robin(RETRY_CONFIG)
     results = {}
-    loop = asyncio.new_event_loop()
     for addresses in (1, MANY):
         target = f"127.0.0.1:{port}" if addresses == 1 else many_addresses(port, addresses)
         options = [("grpc.service_config", config)]
@@ -311,6 +312,9 @@ def _first_call(port: int, tries: int) -> dict:
                  _sync_first_call(grpc_retry.insecure_channel, target, options)),
                 ("aio", _aio_first_call(loop, grpc.aio.insecure_channel, target, options),
                  _aio_first_call(loop, grpc_retry.aio.insecure_channel, target, options))):
+            if api == "aio" and addresses > 1 and OLD_AIO:
+                results[f"{api}_{addresses}"] = {"skipped": OLD_AIO}
+                continue
             samples: Dict[str, List[float]] = {"plain": [], "ours": []}
             plain(), ours()  # imports and first-use caches
             for r in range(tries):
@@ -323,7 +327,6 @@ def _first_call(port: int, tries: int) -> dict:
                 "ratio": round(statistics.median(samples["ours"]) / statistics.median(samples["plain"]), 3),
                 "plain_ms": round(statistics.median(samples["plain"]) * 1e3, 2),
                 "grpc_retry_ms": round(statistics.median(samples["ours"]) * 1e3, 2)}
-    loop.close()
     return results
 
 
@@ -342,13 +345,17 @@ def main(argv=None) -> dict:
         return not patterns or any(name == p or p.endswith("*") and name.startswith(p[:-1]) for p in patterns)
 
     process, port = start_server()
+    # One event loop for the run: grpc.aio before 1.71 cannot move to a second loop once its first is closed.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
         result = {"calls_per_round": args.calls, "rounds": args.rounds, "grpcio": grpc.__version__}
-        result.update(_aio_points(port, args.calls, args.rounds, inflights, wanted))
+        result.update(_aio_points(loop, port, args.calls, args.rounds, inflights, wanted))
         result.update(_sync_points(port, args.calls, args.rounds, inflights, wanted))
         if wanted("channel_first_call"):
-            result["channel_first_call"] = _first_call(port, max(args.rounds, 4))
+            result["channel_first_call"] = _first_call(loop, port, max(args.rounds, 4))
     finally:
+        loop.close()
         process.kill()
     print(json.dumps(result))
     return result

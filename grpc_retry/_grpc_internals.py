@@ -469,9 +469,10 @@ class SyncHeadersFirstAttempt:
         first = (cygrpc.SendInitialMetadataOperation(augmented, flags),
                  cygrpc.SendMessageOperation(request, _NO_FLAGS), cygrpc.SendCloseFromClientOperation(_NO_FLAGS),
                  headers)
-        # The response's batch first, as the asyncio attempt's.
+        # The request's batch first: grpcio starts them one after the other, and the request's is the one that
+        # can fail to start (metadata C-core refuses), which must leave no batch of this call behind.
         self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
-                                     ((message, status), first), self._on_event, m._context,
+                                     (first, (message, status)), self._on_event, m._context,
                                      m._registered_call_handle)
 
     def _on_event(self, event: Any) -> bool:

@@ -5,8 +5,9 @@ One lock per call: events are decided under it, and the actions they bring are p
 by whichever thread brought them (grpc-java's RetriableStream shape). A blocking unary call runs its attempts
 inline on the caller's thread. Futures and response iterators progress on grpc's done callbacks, the shared timer
 thread and subchannel listeners; nothing here ever calls a grpcio method that can block from grpcio's own thread
-(an ended attempt's status is read from its state). A hedge's first answer needs a blocking read, so each hedge
-is watched from one of its channel's worker threads until it answers or ends; whoever reads a response stream
+(an ended attempt's status is read from its state). A hedged unary attempt reports its headers and its end from
+grpcio's spin thread (internals.SyncHeadersFirst); another hedge's first answer needs a blocking read, so it is
+watched from one of its channel's worker threads until it answers or ends; whoever reads a response stream
 reads the attempt. Closing the channel ends every call: through the subchannels' close, as grpcio's close ends
 its own calls, for attempts in flight; with grpcio's "Channel closed!" for calls in backoff or waiting.
 """
