@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 import time
 from typing import Any, Callable, Coroutine, Dict, List, Optional, Tuple, cast
@@ -486,7 +487,7 @@ class SyncHeadersFirstAttempt:
                 end, self._end_waits = self._end_waits, False
             on_headers = self.on_headers
             if told and on_headers is not None and (state.initial_metadata or end is None):
-                on_headers(self)
+                self._tell(on_headers)
             if end is not None:
                 self._end(end)
             return end is not None
@@ -516,7 +517,14 @@ class SyncHeadersFirstAttempt:
             self._ops = ()
             on_end, self.on_headers, self.on_end = self.on_end, None, None
         if on_end is not None:
-            on_end(self)
+            self._tell(on_end)
+
+    def _tell(self, callback: Callable[[Any], None]) -> None:
+        """Nothing may raise on grpcio's spin thread: it would end, and every call of its channel with it."""
+        try:
+            callback(self)
+        except Exception:
+            logging.getLogger("grpc_retry").exception("grpc_retry: a hedged attempt's callback failed")
 
     def done(self) -> bool:
         return self._state.code is not None
