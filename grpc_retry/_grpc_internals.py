@@ -103,6 +103,15 @@ _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as
 _CORE_ERROR = "Internal error from Core"
 
 
+def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ...], Tuple[Any, Any, Any]]:
+    """A unary-unary exchange's operations: (what sends the request and half-closes, (what receives the headers,
+    the message, the status))."""
+    sending = (cygrpc.SendInitialMetadataOperation(metadata, flags), cygrpc.SendMessageOperation(request, _NO_FLAGS),
+               cygrpc.SendCloseFromClientOperation(_NO_FLAGS))
+    return sending, (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS), cygrpc.ReceiveMessageOperation(_NO_FLAGS),
+                     cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS))
+
+
 def _start_batch(call: Any, operations: Tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop) -> Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]:
     """Start a batch now, without a task: grpcio's execute_batch, run up to its one wait. It returns that coroutine
@@ -180,12 +189,9 @@ class AioUnaryAttempt:
         context = cygrpc.build_census_context()  # grpcio's observability, as its own calls (None without it)
         if context is not None:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
-        headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
-        message = cygrpc.ReceiveMessageOperation(_NO_FLAGS)
-        status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
-        self._ops: Tuple[Any, ...] = (headers, message, status)  # () once ended
-        sending = (cygrpc.SendInitialMetadataOperation(metadata, flags),
-                   cygrpc.SendMessageOperation(request, _NO_FLAGS), cygrpc.SendCloseFromClientOperation(_NO_FLAGS))
+        sending, receiving = _unary_ops(request, metadata, flags)
+        headers, message, status = receiving
+        self._ops: Tuple[Any, ...] = receiving  # () once ended
         # (the batch, its future): the one that ends with the status, and (headers first) the one before it
         self._first: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]] = None
         if headers_first:
@@ -423,12 +429,10 @@ class SyncHeadersFirst:
                  on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
         from grpc import _compression
 
-        m = self._multicallable
-        deadline = None if timeout is None else time.time() + timeout
-        attempt = SyncHeadersFirstAttempt(on_headers, on_end)
-        attempt.start(m, request, deadline, metadata, _compression.augment_metadata(metadata, compression),
-                      _WAIT_FOR_READY[wait_for_ready], None if credentials is None else credentials._credentials)
-        return attempt
+        return SyncHeadersFirstAttempt(
+            self._multicallable, request, None if timeout is None else time.time() + timeout, metadata,
+            _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+            None if credentials is None else credentials._credentials, on_headers, on_end)
 
 
 class _AttemptState:
@@ -453,27 +457,21 @@ class SyncHeadersFirstAttempt:
 
     __slots__ = ("_call", "_ops", "_lock", "_end_waits", "_state", "on_headers", "on_end")
 
-    def __init__(self, on_headers: Callable[[Any], None], on_end: Callable[[Any], None]) -> None:
-        self._call: Any = None
+    def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
+                 credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None]) -> None:
         self._lock = threading.Lock()
         self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
         self._state = _AttemptState()
         self.on_headers: Optional[Callable[[Any], None]] = on_headers
         self.on_end: Optional[Callable[[Any], None]] = on_end
-
-    def start(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
-              credentials: Any) -> None:
-        headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
-        message = cygrpc.ReceiveMessageOperation(_NO_FLAGS)
-        status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
-        self._ops: Tuple[Any, ...] = (headers, message, status)
-        first = (cygrpc.SendInitialMetadataOperation(augmented, flags),
-                 cygrpc.SendMessageOperation(request, _NO_FLAGS), cygrpc.SendCloseFromClientOperation(_NO_FLAGS),
-                 headers)
+        sending, receiving = _unary_ops(request, augmented, flags)
+        headers, message, status = receiving
+        self._ops: Tuple[Any, ...] = receiving  # () once ended
         # The request's batch first: grpcio starts them one after the other, and the request's is the one that
-        # can fail to start (metadata C-core refuses), which must leave no batch of this call behind.
+        # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
+        # may come before this returns: only cancel() uses `_call`.)
         self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
-                                     (first, (message, status)), self._on_event, m._context,
+                                     (sending + (headers,), (message, status)), self._on_event, m._context,
                                      m._registered_call_handle)
 
     def _on_event(self, event: Any) -> bool:

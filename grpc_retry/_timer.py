@@ -57,7 +57,6 @@ class Timers:
                 self._cond.notify()
         return handle
 
-
     def pending(self) -> int:
         """Timers of calls still to fire (those shared by the process's channels not counted)."""
         with self._cond:

@@ -418,13 +418,16 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     async def _until_done(self) -> None:
         """Until the call ends. Cancelling the waiting task cancels only this wait."""
-        if self._done:
-            return
+        if not self._done:
+            await self._end_waiter()
+
+    def _end_waiter(self) -> asyncio.Future[None]:
+        """A future that the call's end completes."""
         waiter = self._loop.create_future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
-        await waiter
+        return waiter
 
     def _error(self) -> AioRpcError:
         return AioRpcError(cast(grpc.StatusCode, self._code), Metadata.from_tuple(self._initial),
@@ -545,12 +548,8 @@ class _UnaryResponse(_Call):
 
     def __await__(self) -> Generator[Any, None, Any]:
         if not self._done:  # (a generator, not a coroutine: one frame less per call)
-            waiter = self._loop.create_future()
-            if self._waiters is None:
-                self._waiters = []
-            self._waiters.append(waiter)
             try:
-                yield from waiter
+                yield from self._end_waiter()
             except asyncio.CancelledError:
                 self.cancel()  # as grpc.aio: cancelling the task that awaits the call cancels the call
                 raise
