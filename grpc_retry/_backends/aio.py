@@ -90,15 +90,15 @@ class AioSubchannels(Subchannels):
         finally:
             self._retired.discard(channel)
 
-    async def wait_change(self, timeout: Optional[float], since: Optional[int] = None) -> None:
-        """Wait for the next change (or one after generation `since`), or `timeout`."""
+    async def wait_change(self, timeout: Optional[float], since: Optional[int] = None, use: bool = True) -> None:
+        """Wait for the next change (or one after generation `since`), or `timeout` (`use`: as when_changed)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
         def wake() -> None:
             loop.call_soon_threadsafe(_settle, future)
 
-        if not self.when_changed(self.generation if since is None else since, wake):
+        if not self.when_changed(self.generation if since is None else since, wake, use):
             return
         try:
             await asyncio.wait_for(future, timeout)

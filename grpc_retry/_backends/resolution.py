@@ -1,10 +1,11 @@
 """Names to addresses, shared by every channel of the process.
 
-A `dns:` target is looked up when a channel is made, again when one of its subchannels leaves READY or fails to
-connect (C-core's re-resolution, no sooner than `grpc.dns_min_time_between_resolutions_ms` after the last lookup),
-and at least every `grpc_retry.dns_refresh_ms` while a channel to it is open (beyond gRPC: so that a scale-up is
-seen with no connection lost). Channels to the same name share one `Lookup`: one lookup per name and interval,
-whatever the number of channels, and its answer goes to all of them.
+A `dns:` target is looked up when a channel is first used (a call, a connect: as grpcio, not when it is made),
+again when one of its subchannels leaves READY or fails to connect (C-core's re-resolution, no sooner than
+`grpc.dns_min_time_between_resolutions_ms` after the last lookup), and at least every `grpc_retry.dns_refresh_ms`
+while a channel to it is open (beyond gRPC: so that a scale-up is seen with no connection lost). Channels to the
+same name share one `Lookup`: one lookup per name and interval, whatever the number of channels, and its answer
+goes to all of them.
 
 Lookups block (the system's resolver: /etc/hosts, search domains; or, for dns://server/, that server through
 dnspython), so they run on one resolver thread of the process, never on a caller's thread or an event loop.

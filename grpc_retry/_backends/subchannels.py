@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from time import monotonic
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
@@ -43,6 +44,11 @@ TRANSIENT_FAILURE = 3
 SHUTDOWN = 4
 # The longest a subchannel whose address vanished waits for its attempts in flight before it is closed.
 RETIRE_GRACE = 60.0
+# A channel whose name does not resolve learns it no sooner than this after its first use. The system's resolver
+# can refuse a name within microseconds (or a lookup shared with another channel can be ending), where grpcio's
+# channel asks a DNS server through its event engine, a millisecond or more: a call cancelled right after it began
+# must find itself still running, as on grpcio, not failed already.
+FAILURE_NO_SOONER = 0.005
 
 
 class Subchannels:
@@ -84,11 +90,12 @@ class Subchannels:
         self._health: List[Optional[bool]] = []  # per slot: its backend's last answer (health.UNANSWERED...)
         self._connected: List[bool] = []         # per slot: its grpcio channel is READY (watched for health)
         self.unimplemented = health.Unimplemented()
+        self._looked_up = False  # as grpcio's, the channel looks its name up when first used, not when made
+        self._used_at = 0.0
         if self.target.scheme != "dns":
             self._apply(list(self.target.addresses), None)
         else:
             self._lookup = shared_lookup(self.target)
-            self._lookup.subscribe(self)
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
@@ -110,6 +117,19 @@ class Subchannels:
 
     # -- resolution -------------------------------------------------------------------------------------
 
+    def _look_up(self) -> None:
+        """First use (a call waits for a backend, or a connect is asked for): look the name up. Not at creation:
+        a channel made and not used stays IDLE, and a name that does not resolve fails the first call no
+        sooner than grpcio's would."""
+        if self._lookup is None or self._looked_up:
+            return
+        with self._lock:
+            if self._looked_up or self.closed:
+                return
+            self._looked_up = True
+            self._used_at = monotonic()
+        self._lookup.subscribe(self)
+
     @property
     def resolved(self) -> bool:
         return bool(self._slot_of) or self.resolution_error is not None
@@ -128,6 +148,11 @@ class Subchannels:
         self._apply(addresses, error)
 
     def _apply(self, addresses: List[str], error: Optional[str]) -> None:
+        if error and not self.resolved:
+            early = self._used_at + FAILURE_NO_SOONER - monotonic()
+            if early > 0:
+                self._schedule(early, lambda: self._apply(addresses, error))
+                return
         new: List[int] = []
         with self._lock:
             if self.closed:
@@ -302,14 +327,17 @@ class Subchannels:
 
     # -- waiting for a change ---------------------------------------------------------------------------
 
-    def when_changed(self, since: int, listener: Callable[[], None]) -> bool:
+    def when_changed(self, since: int, listener: Callable[[], None], use: bool = True) -> bool:
         """Call `listener` once at the next change, unless generation already moved past `since`
-        (then False, and nothing is registered: the caller looks again)."""
+        (then False, and nothing is registered: the caller looks again). A call waiting (`use`) is a first use;
+        a connectivity watch is not."""
         with self._lock:
             if self.generation != since:
                 return False
             self._listeners.append(listener)
-            return True
+        if use:
+            self._look_up()
+        return True
 
     def remove_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:
@@ -345,6 +373,7 @@ class Subchannels:
         """try_to_connect: start the subchannel the picker would use first and, as grpcio's pick_first does,
         the next one each time one fails, until one is READY (round_robin: all of them)."""
         self._connecting = True
+        self._look_up()
         self._connect_next()
 
     def _connect_next(self) -> None:

@@ -486,8 +486,15 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     async def wait_for_connection(self) -> None:
         """As grpc.aio: until the call's metadata has gone out; a call that has ended raises as awaiting it would."""
+        await self._until_sent()
+
+    async def _until_sent(self) -> None:
+        """Until the call's metadata has gone out on the winner, else the attempt in flight, else the first live
+        hedge; a call that has ended raises as awaiting it would."""
         while not self._done:
             n = self._winner if self._winner >= 0 else self._current
+            if n < 0 and self._attempts:
+                n = min(self._attempts)
             attempt = self._attempts.get(n)
             if attempt is None or attempt.done():
                 await self._next_change()  # an attempt starts, or the machine hears how this one ended
@@ -649,7 +656,7 @@ class _StreamResponse(_Call):
         return Metadata.from_tuple(self._initial)
 
 
-_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen")
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen", "_headers_out")
 
 
 class _StreamRequest(_Call):
@@ -666,6 +673,7 @@ class _StreamRequest(_Call):
         self._iterator_given = request_iterator is not None
         self._consumer: Optional[asyncio.Task[None]] = None
         self._half_closed = False
+        self._headers_out = False  # the call's metadata has gone out: until then, as on grpc.aio, writes wait for it
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
         self._begin()
@@ -691,16 +699,14 @@ class _StreamRequest(_Call):
         try:
             if hasattr(request_iterator, "__aiter__"):
                 async for message in request_iterator:
-                    if self._done:
-                        return
+                    await self._until_writable()
                     self._queue(message)
             else:
                 for message in request_iterator:
-                    if self._done:
-                        return
+                    await self._until_writable()
                     self._queue(message)
-        except asyncio.CancelledError:
-            return
+        except (asyncio.CancelledError, asyncio.InvalidStateError, AioRpcError):
+            return  # the call ended: its status tells how
         except Exception:  # as grpc.aio: logged (at DEBUG), and the call cancelled
             log.debug("request iterator failed", exc_info=True)
             self._cancel(CANCELLED_DETAILS)
@@ -718,7 +724,19 @@ class _StreamRequest(_Call):
             raise asyncio.InvalidStateError(_FINISHED)
         if self._half_closed:
             raise asyncio.InvalidStateError(_HALF_CLOSED)
+        await self._until_writable()
         self._queue(request)
+
+    async def _until_writable(self) -> None:
+        """grpc.aio's writes wait for the call's metadata to go out (a backend picked), and raise the call's error
+        if it ends first: the first write of a call that cannot start fails with its status, and a request
+        iterator is not read ahead of the call."""
+        if not self._headers_out:
+            await self._until_sent()
+            self._headers_out = True
+        if self._done:
+            self._raise_if_failed()
+            raise asyncio.InvalidStateError(_FINISHED)
 
     @property
     def _done_writing_flag(self) -> bool:

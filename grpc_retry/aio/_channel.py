@@ -186,7 +186,7 @@ class Channel(RetryStatistics, aio.Channel):
             since = subchannels.generation  # before looking: a change from the resolver thread cannot slip by
             if subchannels.aggregate_state() != last_observed_state or subchannels.closed:
                 return
-            await subchannels.wait_change(None, since)
+            await subchannels.wait_change(None, since, use=False)
 
     async def channel_ready(self) -> None:
         state = self.get_state(try_to_connect=True)
