@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Coroutine, Dict, List, Optional, Tuple, cast
 
 import grpc
-from grpc import aio
+from grpc import _observability, aio
 from grpc._cython import cygrpc
 from grpc.aio import _interceptor
 
@@ -413,6 +413,50 @@ def aio_intercepted(kind: str) -> type:
 # manages: its spin thread, which ends grpcio's own futures, hands each batch's event to the attempt.
 
 _PROPAGATE_DEFAULTS = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
+
+
+def sync_direct() -> bool:
+    """Whether sync attempts may skip grpcio's Python call layer: not while grpcio's observability plugin (which
+    records each of grpcio's own calls from that layer) is registered."""
+    return _observability._OBSERVABILITY_PLUGIN is None
+
+
+class SyncEnded:
+    """A sync attempt that has ended, made without a grpcio call object: its `_state` reads as one's would."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: _AttemptState) -> None:
+        self._state = state
+
+
+def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                        wait_for_ready: Optional[bool], compression: Any) -> SyncEnded:
+    """A blocking unary-unary exchange on grpcio's sync multicallable `m` of a subchannel, driven on its Cython
+    call as grpcio's blocking call drives it (one batch, waited for on this thread), without the call state,
+    event handling and rendezvous that grpcio's adds. Raises what grpcio raises for a call it cannot start."""
+    from grpc import _channel, _compression
+
+    sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
+                                    _WAIT_FOR_READY[wait_for_ready])
+    deadline = _channel._determine_deadline(None if timeout is None else time.time() + timeout)
+    call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
+                                      None if credentials is None else credentials._credentials,
+                                      ((sending + receiving, None),), m._context, m._registered_call_handle)
+    call.next_event()
+    headers, message, status = receiving
+    state = _AttemptState()
+    state.initial_metadata = headers.initial_metadata()
+    code = _STATUS_CODES.get(status.code())
+    if code is None:  # a code grpcio does not know: UNKNOWN, in grpcio's words
+        state.code, state.details = grpc.StatusCode.UNKNOWN, _channel._unknown_code_details(None, status.details())
+    else:
+        state.code, state.details = code, _decode(status.details())
+        state.debug_error_string = _decode(status.error_string())
+    state.trailing_metadata = tuple(status.trailing_metadata() or ())
+    if code is grpc.StatusCode.OK:
+        state.response = message.message()
+    return SyncEnded(state)
 
 
 class SyncHeadersFirst:

@@ -486,14 +486,14 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     async def wait_for_connection(self) -> None:
         """As grpc.aio: until the call's metadata has gone out; a call that has ended raises as awaiting it would."""
-        await self._until_sent()
+        await self._until_sent(False)
 
-    async def _until_sent(self) -> None:
-        """Until the call's metadata has gone out on the winner, else the attempt in flight, else the first live
-        hedge; a call that has ended raises as awaiting it would."""
+    async def _until_sent(self, any_hedge: bool) -> None:
+        """Until the call's metadata has gone out on the winner, else the attempt in flight (else, `any_hedge`,
+        the first live hedge); a call that has ended raises as awaiting it would."""
         while not self._done:
             n = self._winner if self._winner >= 0 else self._current
-            if n < 0 and self._attempts:
+            if n < 0 and any_hedge and self._attempts:
                 n = min(self._attempts)
             attempt = self._attempts.get(n)
             if attempt is None or attempt.done():
@@ -732,7 +732,7 @@ class _StreamRequest(_Call):
         if it ends first: the first write of a call that cannot start fails with its status, and a request
         iterator is not read ahead of the call."""
         if not self._headers_out:
-            await self._until_sent()
+            await self._until_sent(True)  # a hedged call's requests must go before any hedge can win
             self._headers_out = True
         if self._done:
             self._raise_if_failed()

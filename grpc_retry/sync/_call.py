@@ -153,7 +153,17 @@ class BlockingCall(_Attempts):
         try:
             if self._with_call:
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
-            else:  # no call object wanted: grpcio's plain blocking call makes none
+            elif internals.sync_direct():  # no call object wanted: the exchange on grpcio's Cython call
+                ended = internals.sync_blocking_unary(inner, cast(bytes, self._request),
+                                                      **self._kwargs(n, address, previous))
+                state = ended._state
+                code = cast(grpc.StatusCode, state.code)
+                if code is not _OK:
+                    self._last = ended, None
+                    return self._machine.status(n, code.value[0], state.details, state.trailing_metadata,
+                                                monotonic(), bool(state.initial_metadata))
+                response, call = state.response, None
+            else:  # grpcio's observability plugin records its own blocking calls: grpcio's, then
                 response, call = inner(self._request, **self._kwargs(n, address, previous)), None
         except grpc.RpcError as error:
             self._last = error, None

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, fail
 from support.clients import retry_policy, service_config
-from support.h2_fault import GOAWAY, REFUSE, RESET, H2FaultServer
+from support.h2_fault import GOAWAY, REFUSE, RESET, UNKNOWN_CODE, H2FaultServer
 
 OK = grpc.StatusCode.OK
 PREVIOUS = "grpc-previous-rpc-attempts"
@@ -98,3 +98,33 @@ def test_transparent_retry_counts_toward_neither_max_attempts_nor_metadata(clien
     finally:
         failing.stop()
         healthy.stop()
+
+
+@pytest.mark.parametrize("fault", [UNKNOWN_CODE], indirect=True)
+def test_a_status_code_grpc_does_not_define_reads_as_on_grpcio(fault):
+    """grpc-status 42: UNKNOWN, with grpcio's words for it, on every shape of a sync unary call and on asyncio."""
+    import asyncio
+
+    import grpc_retry
+    import grpc_retry.aio
+
+    def sync_errors(make):
+        seen = []
+        with make(fault.target) as channel:
+            method = channel.unary_unary(UNARY)
+            for invoke in (method, method.with_call, lambda r, **kw: method.future(r, **kw).result()):
+                with pytest.raises(grpc.RpcError) as caught:
+                    invoke(b"x", timeout=10)
+                seen.append((caught.value.code(), caught.value.details()))
+        return seen
+
+    async def aio_error(make):
+        async with make(fault.target) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await channel.unary_unary(UNARY)(b"x", timeout=10)
+            return caught.value.code(), caught.value.details()
+
+    expected = sync_errors(grpc.insecure_channel)
+    assert expected[0][0] is grpc.StatusCode.UNKNOWN
+    assert sync_errors(grpc_retry.insecure_channel) == expected
+    assert asyncio.run(aio_error(grpc_retry.aio.insecure_channel)) == asyncio.run(aio_error(grpc.aio.insecure_channel))

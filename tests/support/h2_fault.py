@@ -1,8 +1,9 @@
 """A real HTTP/2 peer, built with the `h2` package, that misbehaves on purpose: it refuses streams
 (RST_STREAM REFUSED_STREAM), sends GOAWAY before looking at a stream, resets streams with INTERNAL_ERROR,
-or stalls — or, MIXED, any of these per stream, at random. It speaks just enough gRPC to be reached by a grpcio
-client; it never answers successfully. It counts the stalled streams the client has not yet reset (`open`): a
-client that ended a call but left its stream open here leaks it."""
+stalls, or answers with a status code gRPC does not define — or, MIXED, any of the first four per stream, at
+random. It speaks just enough gRPC to be reached by a grpcio client; it never answers successfully. It counts the
+stalled streams the client has not yet reset (`open`): a client that ended a call but left its stream open here
+leaks it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ REFUSE = "refuse"
 GOAWAY = "goaway"
 RESET = "reset"
 STALL = "stall"
+UNKNOWN_CODE = "unknown_code"  # a Trailers-Only answer with grpc-status 42, a code gRPC does not define
 MIXED = "mixed"
 _MIXED = (REFUSE, REFUSE, GOAWAY, RESET, STALL, STALL)
 
@@ -128,6 +130,9 @@ class H2FaultServer:
             conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
         elif mode == RESET:
             conn.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+        elif mode == UNKNOWN_CODE:
+            conn.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc"),
+                                          ("grpc-status", "42"), ("grpc-message", "what")], end_stream=True)
         elif mode == GOAWAY:
             # The stream is above last_stream_id: the server says it never processed it.
             conn.close_connection(error_code=ErrorCodes.NO_ERROR, last_stream_id=stream_id - 2 if stream_id > 2 else 0)
