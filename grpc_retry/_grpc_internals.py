@@ -241,6 +241,8 @@ class AioUnaryAttempt:
             else:
                 self._set_headers(headers.initial_metadata())
                 code = status.code()
+                if code not in _STATUS_CODES:  # a code gRPC does not define: UNKNOWN, as newer grpcio reads it
+                    code = 2
                 self._set_status(cygrpc.AioRpcStatus(code, status.details(), status.trailing_metadata(),
                                                      status.error_string()))
                 if code == 0 and message.message() is not None:
@@ -548,7 +550,7 @@ class SyncHeadersFirstAttempt:
                 if state.initial_metadata is None:
                     state.initial_metadata = headers.initial_metadata() if success else ()
                 if success:
-                    state.code = _STATUS_CODES[status.code()]
+                    state.code = _STATUS_CODES.get(status.code(), grpc.StatusCode.UNKNOWN)
                     state.details = _decode(status.details())
                     state.trailing_metadata = tuple(status.trailing_metadata() or ())
                     state.debug_error_string = _decode(status.error_string())

@@ -102,7 +102,8 @@ def test_transparent_retry_counts_toward_neither_max_attempts_nor_metadata(clien
 
 @pytest.mark.parametrize("fault", [UNKNOWN_CODE], indirect=True)
 def test_a_status_code_grpc_does_not_define_reads_as_on_grpcio(fault):
-    """grpc-status 42: UNKNOWN, with grpcio's words for it, on every shape of a sync unary call and on asyncio."""
+    """grpc-status 42: UNKNOWN, with grpcio's words for it, on every shape of a sync unary call and on asyncio
+    (where older grpc.aio raises KeyError itself, grpc_retry's call still ends UNKNOWN)."""
     import asyncio
 
     import grpc_retry
@@ -127,4 +128,9 @@ def test_a_status_code_grpc_does_not_define_reads_as_on_grpcio(fault):
     expected = sync_errors(grpc.insecure_channel)
     assert expected[0][0] is grpc.StatusCode.UNKNOWN
     assert sync_errors(grpc_retry.insecure_channel) == expected
-    assert asyncio.run(aio_error(grpc_retry.aio.insecure_channel)) == asyncio.run(aio_error(grpc.aio.insecure_channel))
+    ours = asyncio.run(aio_error(grpc_retry.aio.insecure_channel))
+    assert ours[0] is grpc.StatusCode.UNKNOWN
+    try:
+        assert ours == asyncio.run(aio_error(grpc.aio.insecure_channel))
+    except KeyError:  # grpc.aio before ~1.8x fails on such a code itself (KeyError: 42): nothing to compare
+        pass
