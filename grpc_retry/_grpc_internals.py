@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Coroutine, Dict, List, Optional, Tuple, cast
 
 import grpc
-from grpc import _observability, aio
+from grpc import _channel, _compression, _observability, aio
 from grpc._cython import cygrpc
 from grpc.aio import _interceptor
 
@@ -437,8 +437,6 @@ def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], met
     """A blocking unary-unary exchange on grpcio's sync multicallable `m` of a subchannel, driven on its Cython
     call as grpcio's blocking call drives it (one batch, waited for on this thread), without the call state,
     event handling and rendezvous that grpcio's adds. Raises what grpcio raises for a call it cannot start."""
-    from grpc import _channel, _compression
-
     sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
                                     _WAIT_FOR_READY[wait_for_ready])
     deadline = _channel._determine_deadline(None if timeout is None else time.time() + timeout)
@@ -473,8 +471,6 @@ class SyncHeadersFirst:
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
                  on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
-        from grpc import _compression
-
         return SyncHeadersFirstAttempt(
             self._multicallable, request, None if timeout is None else time.time() + timeout, metadata,
             _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
@@ -640,8 +636,6 @@ def new_sync_channel(target: str, options: Any, credentials: Optional[grpc.Chann
                      compression: Optional[grpc.Compression]) -> grpc.Channel:
     """A subchannel: grpcio's own sync channel class, made as grpc.insecure_channel / secure_channel make it —
     never through those constructors, which an instrumentation (or install()) may have replaced."""
-    from grpc import _channel
-
     return _channel.Channel(target, tuple(options), _cygrpc_credentials(credentials), compression)
 
 
