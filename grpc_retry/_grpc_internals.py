@@ -447,6 +447,14 @@ def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], met
     headers, message, status = receiving
     state = _AttemptState()
     state.initial_metadata = headers.initial_metadata()
+    _read_status(state, status)
+    if state.code is grpc.StatusCode.OK:
+        state.response = message.message()
+    return SyncEnded(state)
+
+
+def _read_status(state: _AttemptState, status: Any) -> None:
+    """A sync attempt's status, from its received status operation, into its state, as grpcio reads one."""
     code = _STATUS_CODES.get(status.code())
     if code is None:  # a code grpcio does not know: UNKNOWN, in grpcio's words
         state.code, state.details = grpc.StatusCode.UNKNOWN, _channel._unknown_code_details(None, status.details())
@@ -454,9 +462,6 @@ def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], met
         state.code, state.details = code, _decode(status.details())
         state.debug_error_string = _decode(status.error_string())
     state.trailing_metadata = tuple(status.trailing_metadata() or ())
-    if code is grpc.StatusCode.OK:
-        state.response = message.message()
-    return SyncEnded(state)
 
 
 class SyncHeadersFirst:
@@ -491,19 +496,54 @@ class _AttemptState:
         self.response: Optional[bytes] = None
 
 
-class SyncHeadersFirstAttempt:
+class _SyncAttempt:
+    """A sync attempt made on grpcio's Cython call: its `_state` reads as a grpcio call's state does, and it is the
+    grpc.Call the application gets of a call it won (ended by then)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        self._state = _AttemptState()
+
+    def done(self) -> bool:
+        return self._state.code is not None
+
+    def initial_metadata(self) -> Metadata:
+        return self._state.initial_metadata or ()
+
+    def trailing_metadata(self) -> Metadata:
+        return self._state.trailing_metadata
+
+    def code(self) -> Optional[grpc.StatusCode]:
+        return self._state.code
+
+    def details(self) -> Optional[str]:
+        return self._state.details
+
+    def debug_error_string(self) -> Optional[str]:
+        return self._state.debug_error_string
+
+
+def _tell(callback: Callable[[Any], None], attempt: Any) -> None:
+    """Nothing may raise on grpcio's spin thread: it would end, and every call of its channel with it."""
+    try:
+        callback(attempt)
+    except Exception:
+        logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
+
+
+class SyncHeadersFirstAttempt(_SyncAttempt):
     """One attempt of a hedged sync unary call. From grpcio's spin thread (never blocking it), it calls
     `on_headers(self)` when its response headers came (unless its end came with them), then `on_end(self)` once
-    it has ended. Its `_state` reads as a grpcio call's state does, and it is the grpc.Call the application gets
-    of a call it won (ended by then)."""
+    it has ended."""
 
-    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "_state", "on_headers", "on_end")
+    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
                  credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None]) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
-        self._state = _AttemptState()
         self.on_headers: Optional[Callable[[Any], None]] = on_headers
         self.on_end: Optional[Callable[[Any], None]] = on_end
         sending, receiving = _unary_ops(request, augmented, flags)
@@ -527,7 +567,7 @@ class SyncHeadersFirstAttempt:
                 end, self._end_waits = self._end_waits, False
             on_headers = self.on_headers
             if told and on_headers is not None and (state.initial_metadata or end is None):
-                self._tell(on_headers)
+                _tell(on_headers, self)
             if end is not None:
                 self._end(end)
             return end is not None
@@ -546,10 +586,7 @@ class SyncHeadersFirstAttempt:
                 if state.initial_metadata is None:
                     state.initial_metadata = headers.initial_metadata() if success else ()
                 if success:
-                    state.code = _STATUS_CODES.get(status.code(), grpc.StatusCode.UNKNOWN)
-                    state.details = _decode(status.details())
-                    state.trailing_metadata = tuple(status.trailing_metadata() or ())
-                    state.debug_error_string = _decode(status.error_string())
+                    _read_status(state, status)
                     if state.code is grpc.StatusCode.OK:
                         state.response = message.message()
                 else:
@@ -557,17 +594,7 @@ class SyncHeadersFirstAttempt:
             self._ops = ()
             on_end, self.on_headers, self.on_end = self.on_end, None, None
         if on_end is not None:
-            self._tell(on_end)
-
-    def _tell(self, callback: Callable[[Any], None]) -> None:
-        """Nothing may raise on grpcio's spin thread: it would end, and every call of its channel with it."""
-        try:
-            callback(self)
-        except Exception:
-            logging.getLogger("grpc_retry").exception("grpc_retry: a hedged attempt's callback failed")
-
-    def done(self) -> bool:
-        return self._state.code is not None
+            _tell(on_end, self)
 
     def cancel(self) -> bool:
         state = self._state
@@ -580,20 +607,162 @@ class SyncHeadersFirstAttempt:
         self._call.cancel(1, _LOCALLY_CANCELLED)  # its batches end, and it tells
         return True
 
-    def initial_metadata(self) -> Metadata:
-        return self._state.initial_metadata or ()
 
-    def trailing_metadata(self) -> Metadata:
-        return self._state.trailing_metadata
+# A sync attempt with a response stream (unary request): the batches grpcio's unary-stream call starts, on a call
+# its channel manages, without grpcio's response iterator around them (its call state, a closure per event, and a
+# timed condition wait per message). Messages are read one batch at a time on the reader's demand, as grpcio
+# reads them.
 
-    def code(self) -> Optional[grpc.StatusCode]:
-        return self._state.code
 
-    def details(self) -> Optional[str]:
-        return self._state.details
+class SyncResponseStream:
+    """A unary-stream method on one sync subchannel, made from grpcio's multicallable of it: it makes
+    `SyncStreamAttempt`s; grpcio's own calls while its observability plugin is registered (see sync_direct)."""
 
-    def debug_error_string(self) -> Optional[str]:
-        return self._state.debug_error_string
+    __slots__ = ("_multicallable",)
+
+    def __init__(self, multicallable: Any) -> None:
+        self._multicallable = multicallable
+
+    def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None]) -> Any:
+        m = self._multicallable
+        if not sync_direct():
+            call = m(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                     wait_for_ready=wait_for_ready, compression=compression)
+            if not call.add_callback(lambda: on_end(call)):
+                on_end(call)
+            return call
+        return SyncStreamAttempt(
+            m, request, _channel._determine_deadline(None if timeout is None else time.time() + timeout), metadata,
+            _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+            None if credentials is None else credentials._credentials, on_end)
+
+
+class SyncStreamAttempt(_SyncAttempt):
+    """One attempt with a response stream. `next()` reads its next message (StopIteration once it has ended: its
+    status then says how), `wait_headers()` and `wait_end()` block for what they name (never call them on
+    grpcio's own thread); from grpcio's spin thread, it calls `on_end(self)` once it has ended (status and
+    headers in)."""
+
+    __slots__ = ("_call", "_lock", "_waiters", "_due", "_reading", "_message", "_headers_due", "_status_due",
+                 "_status", "on_end")
+
+    def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
+                 credentials: Any, on_end: Callable[[Any], None]) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._waiters: Optional[List[Any]] = None  # threads blocked until something changes, each on a held lock
+        self._due = 2  # batches started and not yet done
+        self._reading = False  # a message's batch is started
+        self._message: Optional[bytes] = None  # read, not yet taken
+        self._headers_due = self._status_due = True
+        self.on_end: Optional[Callable[[Any], None]] = on_end
+        headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
+        self._status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
+        # As grpcio's: the request's batch (which can fail to start, and then leaves no batch behind) first.
+        self._call = m._managed_call(
+            _PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
+            ((cygrpc.SendInitialMetadataOperation(augmented, flags), cygrpc.SendMessageOperation(request, _NO_FLAGS),
+              cygrpc.SendCloseFromClientOperation(_NO_FLAGS), self._status), (headers,)),
+            self._on_event, m._context, m._registered_call_handle)
+
+    def _on_event(self, event: Any) -> bool:
+        """grpcio's spin thread: the request's batch (which ends with the status) or the headers' is done. True
+        once no batch of the call is left (grpcio then stops counting it)."""
+        state = self._state
+        with self._lock:
+            self._due -= 1
+            operations = event.batch_operations
+            if len(operations) == 1:
+                self._headers_due = False
+                state.initial_metadata = operations[0].initial_metadata()  # as grpcio's, even once cancelled
+            else:
+                self._status_due = False
+                if state.code is None:
+                    _read_status(state, self._status)
+                else:  # cancelled meanwhile
+                    state.trailing_metadata = tuple(self._status.trailing_metadata() or ())
+            on_end = None
+            if not (self._headers_due or self._status_due):
+                on_end, self.on_end = self.on_end, None
+            self._wake()
+            done = self._due == 0
+        if on_end is not None:
+            _tell(on_end, self)
+        return done
+
+    def _on_message(self, event: Any) -> bool:
+        with self._lock:
+            self._due -= 1
+            self._reading = False
+            self._message = event.batch_operations[0].message()  # None at the stream's end
+            self._wake()
+            return self._due == 0
+
+    def _wake(self) -> None:
+        """(Under the lock.)"""
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            for waiter in waiters:
+                waiter.release()
+
+    def _wait(self) -> None:
+        """(Under the lock, which it releases while it waits.) Until the next event, or cancel()."""
+        waiter = threading.Lock()
+        waiter.acquire()
+        if self._waiters is None:
+            self._waiters = [waiter]
+        else:
+            self._waiters.append(waiter)
+        self._lock.release()
+        try:
+            waiter.acquire()
+        finally:
+            self._lock.acquire()
+
+    def __next__(self) -> bytes:
+        state = self._state
+        with self._lock:
+            if state.code is None and not self._reading:  # as grpcio's: once the status is in, no more reads
+                self._due += 1
+                if self._call.operate((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), self._on_message):
+                    self._reading = True
+                else:
+                    self._due -= 1
+            while True:
+                message = self._message
+                if message is not None:
+                    self._message = None
+                    return message
+                if not self._reading and state.code is not None:
+                    raise StopIteration()
+                self._wait()
+
+    def wait_headers(self) -> Tuple[Metadata, bool]:
+        """As sync_wait_headers."""
+        state = self._state
+        with self._lock:
+            while state.initial_metadata is None and state.code is None:
+                self._wait()
+            return tuple(state.initial_metadata or ()), state.code is not None
+
+    def wait_end(self) -> None:
+        state = self._state
+        with self._lock:
+            while state.code is None:
+                self._wait()
+
+    def cancel(self) -> bool:
+        state = self._state
+        with self._lock:
+            if state.code is not None:
+                return False
+            state.code, state.details, state.trailing_metadata = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED, ()
+            if state.initial_metadata is None:
+                state.initial_metadata = ()
+            self._wake()
+        self._call.cancel(1, _LOCALLY_CANCELLED)  # its batches end, and it tells
+        return True
 
 
 def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
@@ -613,6 +782,8 @@ def sync_code(call: Any) -> Any:
 def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
     """Block (never on grpcio's own thread) until a sync attempt has its response headers or has ended:
     (the headers so far, whether it has ended)."""
+    if type(call) is SyncStreamAttempt:
+        return call.wait_headers()
     state = call._state
     with state.condition:
         while state.initial_metadata is None and state.code is None:
@@ -621,6 +792,9 @@ def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
 
 
 def sync_wait_end(call: Any) -> None:
+    if type(call) is SyncStreamAttempt:
+        call.wait_end()
+        return
     state = call._state
     with state.condition:
         while state.code is None:

@@ -29,17 +29,21 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 
 class Method:
-    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response`, `direct` and
-    `headers_first` are what the drivers read."""
+    """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response`, `direct`,
+    `headers_first` and `reports_end` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "direct", "headers_first", "subchannels", "calls", "attempt_streams", "unary_response")
+                 "direct", "headers_first", "reports_end", "subchannels", "calls", "attempt_streams",
+                 "unary_response")
     # The channel's own unary-unary attempt shape, made from grpcio's unary-unary multicallable and whether it
     # shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
     # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
     # grpcio's unary-unary multicallable; None: grpcio's unary-stream shape.
     HEDGED_UNARY: Optional[Callable[[Any], Any]] = None
+    # A channel's own unary-stream attempt shape, made from grpcio's unary-stream multicallable, whose attempts
+    # report their end themselves; None: grpcio's.
+    RESPONSE_STREAM: Optional[Callable[[Any], Any]] = None
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -56,6 +60,9 @@ class Method:
         self.headers_first = hedged_unary and (self.direct or self.HEDGED_UNARY is not None)
         self._attempt_kind = "unary_stream" if hedged_unary and not self.headers_first else kind
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
+        # Its attempts are made with callbacks (on_end, and on_headers if headers first) that report them.
+        self.reports_end = self.headers_first or (self._attempt_kind == "unary_stream"
+                                                  and self.RESPONSE_STREAM is not None)
         self.unary_response = kind in ("unary_unary", "stream_unary")
         self.subchannels = subchannels
         self.calls = state.calls
@@ -72,6 +79,8 @@ class Method:
                 multicallable = cast(Callable[[Any, bool], Any], self.DIRECT_UNARY)(multicallable, self.headers_first)
             elif self.headers_first:
                 multicallable = cast(Callable[[Any], Any], self.HEDGED_UNARY)(multicallable)
+            elif self.reports_end:
+                multicallable = cast(Callable[[Any], Any], self.RESPONSE_STREAM)(multicallable)
             entry = self._inner[index] = (channel, multicallable)
         return entry[1]
 

@@ -330,6 +330,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             if method.headers_first:  # a hedged unary attempt that reports itself, from grpcio's spin thread
                 call = inner(payload, on_headers=partial(self._headers_came, n),
                              on_end=partial(self._headers_first_ended, n), **kwargs)
+            elif method.reports_end:  # a response stream's attempt that reports its end (grpcio's spin thread)
+                call = inner(payload, on_end=partial(self._ended, n), **kwargs)
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
@@ -354,7 +356,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 return
             if method.unary_response:
                 return  # its watcher reports its end, once it has its response
-        if not call.add_callback(lambda: self._ended(n, call)):
+        if not method.reports_end and not call.add_callback(lambda: self._ended(n, call)):
             self._ended(n, call)
 
     def _not_started(self, error: Exception) -> None:

@@ -34,6 +34,7 @@ class _MultiCallable(Method):
 
     __slots__ = ("workers",)
     HEDGED_UNARY = internals.SyncHeadersFirst
+    RESPONSE_STREAM = internals.SyncResponseStream
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
                  kind: str) -> None:
