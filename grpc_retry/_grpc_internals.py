@@ -21,6 +21,8 @@ from grpc import _channel, _compression, _observability, aio
 from grpc._cython import cygrpc
 from grpc.aio import _interceptor
 
+from grpc_retry._waiters import Waiters
+
 Metadata = Tuple[Any, ...]  # (key, value) pairs
 
 # -- asyncio ---------------------------------------------------------------------------------------------------
@@ -137,25 +139,26 @@ def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
 
 class AioUnary:
     """A unary-unary method on one subchannel: made like a grpc.aio multicallable (of bytes), it makes
-    `AioUnaryAttempt`s, headers first (for hedging) or not."""
+    `AioAttempt`s, headers first (for hedging) or not."""
 
-    __slots__ = ("_multicallable", "_handle", "_headers_first")
+    __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream")
 
-    def __init__(self, multicallable: Any, headers_first: bool) -> None:
-        self._multicallable = multicallable  # grpc.aio's unary-unary multicallable, for its channel and method
+    def __init__(self, multicallable: Any, headers_first: bool, stream: bool = False) -> None:
+        self._multicallable = multicallable  # grpc.aio's multicallable of the method, for its channel and method
         handle = getattr(multicallable, "_registered_call_handle", None)  # grpcio 1.71 on
         self._handle = () if handle is None else (handle,)
         self._headers_first = headers_first
+        self._stream = stream
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any) -> AioUnaryAttempt:
+                 wait_for_ready: Optional[bool], compression: Any) -> AioAttempt:
         m = self._multicallable
         if compression or not isinstance(metadata, tuple):
             metadata = tuple(m._init_metadata(metadata, compression))
         deadline = None if timeout is None else time.time() + timeout
         call = m._channel.call(m._method, deadline, credentials, wait_for_ready, *self._handle)
-        attempt = AioUnaryAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready],
-                                  self._headers_first)
+        attempt = AioAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready],
+                             self._headers_first, self._stream)
         # Tracked as grpc.aio's own calls are (its close cancels them), where grpc.aio tracks them (1.83 on).
         register = getattr(getattr(m, "_python_channel", None), "_register_call", None)
         if register is not None:
@@ -163,9 +166,21 @@ class AioUnary:
         return attempt
 
 
-class AioUnaryAttempt:
-    """One attempt of a unary-unary call. It tells the driver what happens, from the done callbacks of its batches:
-    `on_headers()` when the response headers came (headers first only), `on_end(response or EOF)` when it ended.
+class AioResponseStream(AioUnary):
+    """A unary-stream method on one subchannel, from grpc.aio's multicallable of it: it makes `AioAttempt`s with
+    a response stream."""
+
+    __slots__ = ()
+
+    def __init__(self, multicallable: Any) -> None:
+        super().__init__(multicallable, True, True)
+
+
+class AioAttempt:
+    """One attempt of a call with a unary request. It tells the driver what happens, from the done callbacks of
+    its batches: `on_headers()` when the response headers came (headers first only), `on_end(response or EOF)`
+    when it ended. With a response stream (headers first), read() reads its messages; it is then followed by its
+    done callbacks.
     Building its batches may raise (metadata grpcio cannot send): grpc.aio would raise that from the call.
     It keeps its own status and headers, where the driver reads a grpc.aio call's (`_cython_call` is itself),
     and answers what grpc.aio's channel asks of its calls: done(), cancel(), code(), add_done_callback()."""
@@ -175,7 +190,7 @@ class AioUnaryAttempt:
                  "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
 
     def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: bytes, metadata: Metadata, flags: int,
-                 headers_first: bool) -> None:
+                 headers_first: bool, stream: bool = False) -> None:
         self._call = call
         self._loop = loop
         self._status: Any = None
@@ -191,12 +206,14 @@ class AioUnaryAttempt:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
         sending, receiving = _unary_ops(request, metadata, flags)
         headers, message, status = receiving
+        if stream:  # its messages are read one batch each, as the reader asks
+            receiving = headers, None, status
         self._ops: Tuple[Any, ...] = receiving  # () once ended
         # (the batch, its future): the one that ends with the status, and (headers first) the one before it
         self._first: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]] = None
         if headers_first:
             # The response's batch first: started only once the headers came, it would end a loop turn later.
-            self._last = _start_batch(call, (message, status), loop)
+            self._last = _start_batch(call, (status,) if stream else (message, status), loop)
             try:
                 self._first = _start_batch(call, sending + (headers,), loop)
             except BaseException:
@@ -208,7 +225,7 @@ class AioUnaryAttempt:
         self._last[1].add_done_callback(self._end_done)
 
     @property
-    def _cython_call(self) -> AioUnaryAttempt:
+    def _cython_call(self) -> AioAttempt:
         return self
 
     def _headers_done(self, _: Any) -> None:
@@ -245,7 +262,7 @@ class AioUnaryAttempt:
                     code = 2
                 self._set_status(cygrpc.AioRpcStatus(code, status.details(), status.trailing_metadata(),
                                                      status.error_string()))
-                if code == 0 and message.message() is not None:
+                if code == 0 and message is not None and message.message() is not None:
                     response = message.message()
         self._ops = ()
         on_end = self.on_end
@@ -293,6 +310,13 @@ class AioUnaryAttempt:
 
     async def wait_for_connection(self) -> None:  # as grpc.aio's unary-stream call: until the headers
         await self.initial_metadata()
+
+    async def read(self) -> Any:
+        """A response stream's next message, or EOF once it has ended (its status then says how). As grpc.aio's
+        read: none once the status is in."""
+        if self._status is not None:
+            return cygrpc.EOF
+        return await self._call.receive_serialized_message()
 
     async def code(self) -> Any:
         if self._ops:  # not ended: its end sets the status, then calls back
@@ -641,19 +665,22 @@ class SyncResponseStream:
 class SyncStreamAttempt(_SyncAttempt):
     """One attempt with a response stream. `next()` reads its next message (StopIteration once it has ended: its
     status then says how), `wait_headers()` and `wait_end()` block for what they name (never call them on
-    grpcio's own thread); from grpcio's spin thread, it calls `on_end(self)` once it has ended (status and
-    headers in)."""
+    grpcio's own thread). It calls `on_end(self)` once it has ended (status and headers in), from grpcio's spin
+    thread, or from a thread waiting in next() for that end: the reader then hears it without waiting for
+    grpcio's thread to tell it."""
 
-    __slots__ = ("_call", "_lock", "_waiters", "_due", "_reading", "_message", "_headers_due", "_status_due",
-                 "_status", "on_end")
+    __slots__ = ("_call", "_lock", "_messages", "_others", "_due", "_reading", "_readers", "_message",
+                 "_headers_due", "_status_due", "_status", "on_end")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
                  credentials: Any, on_end: Callable[[Any], None]) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._waiters: Optional[List[Any]] = None  # threads blocked until something changes, each on a held lock
+        self._messages = Waiters(self._lock)  # readers: a message came, or the end
+        self._others = Waiters(self._lock)  # waiting for the headers or the end
         self._due = 2  # batches started and not yet done
         self._reading = False  # a message's batch is started
+        self._readers = 0  # threads waiting in next()
         self._message: Optional[bytes] = None  # read, not yet taken
         self._headers_due = self._status_due = True
         self.on_end: Optional[Callable[[Any], None]] = on_end
@@ -670,6 +697,7 @@ class SyncStreamAttempt(_SyncAttempt):
         """grpcio's spin thread: the request's batch (which ends with the status) or the headers' is done. True
         once no batch of the call is left (grpcio then stops counting it)."""
         state = self._state
+        on_end = None
         with self._lock:
             self._due -= 1
             operations = event.batch_operations
@@ -682,75 +710,76 @@ class SyncStreamAttempt(_SyncAttempt):
                     _read_status(state, self._status)
                 else:  # cancelled meanwhile
                     state.trailing_metadata = tuple(self._status.trailing_metadata() or ())
-            on_end = None
-            if not (self._headers_due or self._status_due):
-                on_end, self.on_end = self.on_end, None
-            self._wake()
+                self._messages.notify_all()
+            # A reader waiting with nothing left to read wakes to this end, and tells it.
+            if not (self._readers and self._message is None and not self._reading):
+                on_end = self._take_end()
+            self._others.notify_all()
             done = self._due == 0
         if on_end is not None:
             _tell(on_end, self)
         return done
+
+    def _take_end(self) -> Optional[Callable[[Any], None]]:
+        """(Under the lock.) on_end, once, if the attempt has ended with its headers and status in."""
+        if self._headers_due or self._status_due:
+            return None
+        on_end, self.on_end = self.on_end, None
+        return on_end
 
     def _on_message(self, event: Any) -> bool:
         with self._lock:
             self._due -= 1
             self._reading = False
             self._message = event.batch_operations[0].message()  # None at the stream's end
-            self._wake()
+            self._messages.notify_all()
             return self._due == 0
-
-    def _wake(self) -> None:
-        """(Under the lock.)"""
-        waiters, self._waiters = self._waiters, None
-        if waiters is not None:
-            for waiter in waiters:
-                waiter.release()
-
-    def _wait(self) -> None:
-        """(Under the lock, which it releases while it waits.) Until the next event, or cancel()."""
-        waiter = threading.Lock()
-        waiter.acquire()
-        if self._waiters is None:
-            self._waiters = [waiter]
-        else:
-            self._waiters.append(waiter)
-        self._lock.release()
-        try:
-            waiter.acquire()
-        finally:
-            self._lock.acquire()
 
     def __next__(self) -> bytes:
         state = self._state
-        with self._lock:
-            if state.code is None and not self._reading:  # as grpcio's: once the status is in, no more reads
-                self._due += 1
-                if self._call.operate((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), self._on_message):
-                    self._reading = True
-                else:
-                    self._due -= 1
-            while True:
-                message = self._message
-                if message is not None:
-                    self._message = None
-                    return message
-                if not self._reading and state.code is not None:
-                    raise StopIteration()
-                self._wait()
+        on_end = None
+        try:
+            with self._lock:
+                if state.code is None and not self._reading:  # as grpcio's: once the status is in, no more reads
+                    self._due += 1
+                    if self._call.operate((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), self._on_message):
+                        self._reading = True
+                    else:
+                        self._due -= 1
+                while True:
+                    message = self._message
+                    if message is not None:
+                        self._message = None
+                        return message
+                    if not self._reading and state.code is not None:
+                        if on_end is None:
+                            on_end = self._take_end()
+                        break
+                    self._readers += 1
+                    try:
+                        self._messages.wait()
+                    finally:
+                        self._readers -= 1
+                        if on_end is None and not self._readers and self._message is None and not self._reading:
+                            on_end = self._take_end()  # if it was left to the readers (this one may be interrupted)
+        finally:
+            if on_end is not None:
+                _tell(on_end, self)
+        raise StopIteration()
 
     def wait_headers(self) -> Tuple[Metadata, bool]:
         """As sync_wait_headers."""
         state = self._state
         with self._lock:
             while state.initial_metadata is None and state.code is None:
-                self._wait()
+                self._others.wait()
             return tuple(state.initial_metadata or ()), state.code is not None
 
     def wait_end(self) -> None:
         state = self._state
         with self._lock:
             while state.code is None:
-                self._wait()
+                self._others.wait()
 
     def cancel(self) -> bool:
         state = self._state
@@ -760,7 +789,8 @@ class SyncStreamAttempt(_SyncAttempt):
             state.code, state.details, state.trailing_metadata = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED, ()
             if state.initial_metadata is None:
                 state.initial_metadata = ()
-            self._wake()
+            self._messages.notify_all()
+            self._others.notify_all()
         self._call.cancel(1, _LOCALLY_CANCELLED)  # its batches end, and it tells
         return True
 

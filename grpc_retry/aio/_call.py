@@ -134,9 +134,10 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             if self._watchers is None:
                 self._watchers = {}
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
-        if method.attempt_streams or self._hedged:
+        if (method.attempt_streams or self._hedged) and not method.reports_end:
             # grpc.aio sends the request (or the metadata) from a task of its own, which raises when it cannot
             # (metadata it cannot send): the attempt then never ends. A unary attempt's task is watched below.
+            # (An attempt of grpc_retry's own raises as it is made.)
             internals.aio_sending_task(attempt).add_done_callback(partial(self._sent, n, attempt))
         if not self._hedged:
             self._current = n
@@ -326,7 +327,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                 del self._watchers[n]
         self._ended(n, attempt, False)
 
-    def _headers_came(self, n: int, attempt: internals.AioUnaryAttempt) -> None:
+    def _headers_came(self, n: int, attempt: internals.AioAttempt) -> None:
         """A hedged unary attempt's headers came (`_first_answer`, for the headers-first shape): headers commit the
         call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
         if self._attempts.get(n) is not attempt or self._winner == n:
@@ -336,7 +337,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         else:
             cast("Dict[int, Any]", self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
 
-    def _headers_first_ended(self, n: int, attempt: internals.AioUnaryAttempt, response: Any) -> None:
+    def _headers_first_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
         """A hedged unary attempt ended, with its response or EOF: a response commits the call to it (unless its
         headers did already), then its status goes to the machine."""
         grace = cast("Dict[int, Any]", self._watchers).pop(n, None)
@@ -351,7 +352,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                 self._response = response
         self._ended(n, attempt, False)
 
-    def _direct_ended(self, n: int, attempt: internals.AioUnaryAttempt, response: Any) -> None:
+    def _direct_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
         """An unhedged unary-unary attempt ended, with its response or EOF."""
         if self._attempts.get(n) is not attempt:
             return

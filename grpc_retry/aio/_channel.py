@@ -36,6 +36,7 @@ class _MultiCallable(Method):
 
     __slots__ = ("_interceptors",)
     DIRECT_UNARY = internals.AioUnary
+    RESPONSE_STREAM = internals.AioResponseStream
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:

@@ -32,6 +32,7 @@ from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDrive
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
+from grpc_retry._waiters import Waiters
 from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
 
 _OK = grpc.StatusCode.OK
@@ -219,7 +220,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          request_iterator is not None)
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # an attempt started, ended or won; the call ended
+        self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended
         self._queue: Deque[Action] = collections.deque()   # decided, not yet performed
         self._draining = False
         self._hedged = machine.hedging
@@ -240,7 +241,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._tokens: Deque[int] = collections.deque()
         self._listener: Optional[Callable[[], None]] = None
         self._ending = False                  # the machine has decided the end
-        self._done = threading.Event()
+        self._finished = False  # set (under the lock) as the call ends; _changed tells it
         self._local_details = CANCELLED_DETAILS
         self._delivered = False               # a response message reached the application
         self._call_callbacks: List[Callable[[], None]] = []
@@ -446,7 +447,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         with self._lock:
             timer, self._timer = self._timer, None
             self._outboxes.clear()
-            self._done.set()
+            self._finished = True
             self._changed.notify_all()
             call_callbacks, self._call_callbacks = self._call_callbacks, []
             done_callbacks, self._done_callbacks = self._done_callbacks, []
@@ -598,14 +599,14 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             call = self._attempts.get(n)
             if call is not None and n not in self._reads:
                 return n, call
-            if call is None and self._done.is_set():
+            if call is None and self._finished:
                 return -1, None
             self._changed.wait()
 
     def _until_told(self, n: int) -> None:
         """(Under the lock.) Attempt n ended: wait until the machine has its status (grpcio's callback brings
         it) and has retried or ended the call."""
-        while n in self._live and not self._done.is_set():
+        while n in self._live and not self._finished:
             self._changed.wait()
 
     # -- request streams ------------------------------------------------------------------------------------------
@@ -692,13 +693,13 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         for the end (performed by whichever thread is at the call's actions)."""
         deadline = monotonic() + timeout
         with self._lock:
-            while self._live and not self._done.is_set():
+            while self._live and not self._finished:
                 left = deadline - monotonic()
                 if left <= 0:
                     break
                 self._changed.wait(left)
         self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
-        self._done.wait(max(0.0, deadline - monotonic()))
+        self._wait_finished(max(0.0, deadline - monotonic()))
 
     # -- grpc.Future ----------------------------------------------------------------------------------------------
 
@@ -709,13 +710,30 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             error.details() == CANCELLED_DETAILS
 
     def running(self) -> bool:
-        return not self._done.is_set()
+        return not self._finished
 
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._finished
+
+    def _wait_finished(self, timeout: Optional[float]) -> bool:
+        """Until the call has ended, or `timeout` seconds: whether it has."""
+        if self._finished:
+            return True
+        with self._lock:
+            if timeout is None:
+                while not self._finished:
+                    self._changed.wait()
+                return True
+            deadline = monotonic() + timeout
+            while not self._finished:
+                left = deadline - monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
 
     def _until_done(self, timeout: Optional[float]) -> None:
-        if not self._done.wait(timeout):
+        if not self._wait_finished(timeout):
             raise grpc.FutureTimeoutError()
 
     def result(self, timeout: Optional[float] = None) -> Any:
@@ -738,7 +756,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
 
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         with self._lock:
-            if not self._done.is_set():
+            if not self._finished:
                 self._done_callbacks.append(fn)
                 return
         fn(self)
@@ -746,7 +764,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
     # -- grpc.Call ------------------------------------------------------------------------------------------------
 
     def is_active(self) -> bool:
-        return not self._done.is_set()
+        return not self._finished
 
     def time_remaining(self) -> Optional[float]:  # type: ignore[override]  # grpcio's is Optional
         deadline = self._machine.deadline
@@ -754,7 +772,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
         with self._lock:
-            if self._done.is_set():
+            if self._finished:
                 return False
             self._call_callbacks.append(callback)
             return True
