@@ -138,8 +138,8 @@ def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
 
 
 class AioUnary:
-    """A unary-unary method on one subchannel: made like a grpc.aio multicallable (of bytes), it makes
-    `AioAttempt`s, headers first (for hedging) or not."""
+    """A method with a unary request on one subchannel: made like a grpc.aio multicallable (of bytes), it makes
+    `AioAttempt`s: unary-unary, headers first (for hedging) or not; or (AioResponseStream) unary-stream."""
 
     __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream")
 

@@ -60,7 +60,8 @@ class Method:
         self.headers_first = hedged_unary and (self.direct or self.HEDGED_UNARY is not None)
         self._attempt_kind = "unary_stream" if hedged_unary and not self.headers_first else kind
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
-        # Its attempts are made with callbacks (on_end, and on_headers if headers first) that report them.
+        # Its attempts are grpc_retry's own shapes, which report their end (sync: on_end, and on_headers if
+        # headers first; asyncio: done callbacks) and raise as they are made when grpcio refuses them.
         self.reports_end = self.headers_first or (self._attempt_kind == "unary_stream"
                                                   and self.RESPONSE_STREAM is not None)
         self.unary_response = kind in ("unary_unary", "stream_unary")
