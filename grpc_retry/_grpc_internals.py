@@ -489,21 +489,45 @@ def _read_status(state: _AttemptState, status: Any) -> None:
 
 
 class SyncHeadersFirst:
-    """A unary-unary method on one sync subchannel, made from grpcio's multicallable of it: it makes
-    `SyncHeadersFirstAttempt`s."""
+    """A unary-unary method on one sync subchannel, made from grpcio's multicallable of it and the subchannel's
+    grpcio channel: it makes `SyncHeadersFirstAttempt`s."""
 
-    __slots__ = ("_multicallable",)
+    __slots__ = ("_multicallable", "_calls", "_lock", "polling")
 
-    def __init__(self, multicallable: Any) -> None:
+    def __init__(self, multicallable: Any, channel: Any) -> None:
         self._multicallable = multicallable
+        self._calls = channel._call_state  # its calls on grpcio's spin thread
+        self._lock = threading.Lock()
+        self.polling = 0  # its polled attempts not yet ended
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
-                 on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
-        return SyncHeadersFirstAttempt(
-            self._multicallable, request, None if timeout is None else time.time() + timeout, metadata,
-            _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
-            None if credentials is None else credentials._credentials, on_headers, on_end)
+                 on_end: Callable[[Any], None], pollable: bool = False) -> SyncHeadersFirstAttempt:
+        """`pollable`: a thread of the application's, free to wait, can poll the attempt. It does (the attempt
+        is `polled`) unless grpcio's spin thread is running for the subchannel (calls overlap): there, one
+        thread taking every call's events costs less than each call's waking its own; where calls do not
+        overlap, polling saves starting and ending that thread for each one."""
+        polled = False
+        if pollable and not self._calls.managed_calls:
+            with self._lock:
+                polled = not self.polling
+                if polled:
+                    self.polling = 1
+        deadline = None if timeout is None else time.time() + timeout
+        try:
+            return SyncHeadersFirstAttempt(
+                self._multicallable, request, _channel._determine_deadline(deadline) if polled else deadline,
+                metadata, _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+                None if credentials is None else credentials._credentials, on_headers, on_end,
+                self if polled else None)
+        except BaseException:
+            if polled:
+                self.polled_ended()
+            raise
+
+    def polled_ended(self) -> None:
+        with self._lock:
+            self.polling = 0
 
 
 class _AttemptState:
@@ -557,15 +581,19 @@ def _tell(callback: Callable[[Any], None], attempt: Any) -> None:
 
 
 class SyncHeadersFirstAttempt(_SyncAttempt):
-    """One attempt of a hedged sync unary call. From grpcio's spin thread (never blocking it), it calls
-    `on_headers(self)` when its response headers came (unless its end came with them), then `on_end(self)` once
-    it has ended."""
+    """One attempt of a hedged sync unary call. It calls `on_headers(self)` when its response headers came
+    (unless its end came with them), then `on_end(self)` once it has ended: from grpcio's spin thread (never
+    blocking it), or, if `polled`, from the thread that calls poll() — the blocking call's caller, as grpcio's
+    blocking call waits on its own call's queue: no spin thread to start per call, no hand-off."""
 
-    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end")
+    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end", "_method", "polled")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
-                 credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None]) -> None:
+                 credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
+                 method: Optional[SyncHeadersFirst] = None) -> None:
         super().__init__()
+        self._method = method  # polled: the method it tells once it has ended
+        self.polled = polled = method is not None
         self._lock = threading.Lock()
         self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
         self.on_headers: Optional[Callable[[Any], None]] = on_headers
@@ -576,9 +604,37 @@ class SyncHeadersFirstAttempt(_SyncAttempt):
         # The request's batch first: grpcio starts them one after the other, and the request's is the one that
         # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
         # may come before this returns: only cancel() uses `_call`.)
-        self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
-                                     (sending + (headers,), (message, status)), self._on_event, m._context,
-                                     m._registered_call_handle)
+        batches = (sending + (headers,), (message, status))
+        if polled:
+            self._call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
+                                                    credentials, tuple((ops, None) for ops in batches), m._context,
+                                                    m._registered_call_handle)
+        else:
+            self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
+                                         batches, self._on_event, m._context, m._registered_call_handle)
+
+    def poll(self) -> None:
+        """(A polled attempt; one thread, which may block.) Until it has ended, take its events off its call's own
+        queue and report them, on this thread. Interrupted (a signal's exception), grpcio has dropped the call:
+        the attempt ends CANCELLED, and tells, before the exception goes on."""
+        call = self._call
+        try:
+            while not self._on_event(call.next_event()):
+                pass
+            cast(SyncHeadersFirst, self._method).polled_ended()
+        except BaseException:
+            cast(SyncHeadersFirst, self._method).polled_ended()
+            state = self._state
+            with self._lock:
+                if state.code is None:
+                    state.code, state.details = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED
+                    if state.initial_metadata is None:
+                        state.initial_metadata = ()
+                self._ops = ()
+                on_end, self.on_headers, self.on_end = self.on_end, None, None
+            if on_end is not None:
+                _tell(on_end, self)
+            raise
 
     def _on_event(self, event: Any) -> bool:
         """grpcio's spin thread: a batch is done. True once both are (grpcio then stops counting the call)."""

@@ -6,7 +6,8 @@ by whichever thread brought them (grpc-java's RetriableStream shape). A blocking
 inline on the caller's thread. Futures and response iterators progress on grpc's done callbacks, the shared timer
 thread and subchannel listeners; nothing here ever calls a grpcio method that can block from grpcio's own thread
 (an ended attempt's status is read from its state). A hedged unary attempt reports its headers and its end from
-grpcio's spin thread (internals.SyncHeadersFirst); another hedge's first answer needs a blocking read, so it is
+grpcio's spin thread (internals.SyncHeadersFirst), or, in a blocking call, from the caller's thread, which polls
+it as it waits (polled_result); another hedge's first answer needs a blocking read, so it is
 watched from one of its channel's worker threads until it answers or ends; whoever reads a response stream
 reads the attempt. Closing the channel ends every call: through the subchannels' close, as grpcio's close ends
 its own calls, for attempts in flight; with grpcio's "Channel closed!" for calls in backoff or waiting.
@@ -216,10 +217,16 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                 compression: Any) -> None:
+                 compression: Any, polled: bool = False) -> None:
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          request_iterator is not None)
         self._lock = threading.Lock()
+        # A blocking hedged unary call: its caller's thread, waiting for the end (polled_result), drives one
+        # attempt at a time on that attempt's own queue, as grpcio's blocking call does; other attempts report
+        # from grpcio's spin thread. `_poller`: an attempt is made (or being made) for it, and not yet polled.
+        self._polled = polled
+        self._poller = False
+        self._unpolled: Any = None
         self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended
         self._queue: Deque[Action] = collections.deque()   # decided, not yet performed
         self._draining = False
@@ -321,6 +328,9 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 return  # cancelled before it started
             if self._requests is not None:
                 self._outboxes[n] = collections.deque()
+            pollable = self._polled and not self._poller
+            if pollable:
+                self._poller = True
         method = self._method
         obs = self._obs
         token = None if obs is None else obs.enter_attempt(n)
@@ -328,20 +338,29 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
-            if method.headers_first:  # a hedged unary attempt that reports itself, from grpcio's spin thread
+            if method.headers_first:  # a hedged unary attempt that reports itself (see polled_result)
                 call = inner(payload, on_headers=partial(self._headers_came, n),
-                             on_end=partial(self._headers_first_ended, n), **kwargs)
+                             on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
             elif method.reports_end:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
+            if pollable:
+                with self._lock:
+                    self._poller = False
+                    self._changed.notify_all()
             self._not_started(error)
             return
         finally:
             if obs is not None:
                 obs.leave_attempt(token)
         with self._lock:
+            if pollable:
+                if call.polled:
+                    self._unpolled = call
+                else:
+                    self._poller = False
             if n in self._live or not call.done():  # else it ended already, and the machine heard its status
                 self._attempts[n] = call
             if not self._hedged:
@@ -731,6 +750,29 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     return False
                 self._changed.wait(left)
             return True
+
+    def polled_result(self) -> Any:
+        """(A blocking hedged unary call's caller.) Poll each attempt made for this thread, until the call has
+        ended and none is left unpolled (each must be, to its end: nothing else takes its events); then the
+        result. Interrupted, the call is cancelled, and the exception goes on."""
+        lock = self._lock
+        try:
+            while True:
+                with lock:
+                    while self._unpolled is None and (self._poller or not self._finished):
+                        self._changed.wait()
+                    attempt, self._unpolled = self._unpolled, None
+                if attempt is None:
+                    break
+                try:
+                    attempt.poll()
+                finally:
+                    with lock:
+                        self._poller = False
+        except BaseException:
+            self.cancel()
+            raise
+        return self.result()
 
     def _until_done(self, timeout: Optional[float]) -> None:
         if not self._wait_finished(timeout):

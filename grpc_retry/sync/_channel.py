@@ -49,14 +49,15 @@ class _MultiCallable(Method):
 
     def _call(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
               metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
-              compression: Compression) -> Call:
-        """The non-blocking call object (a future; for response streams, also the iterator)."""
+              compression: Compression, polled: bool = False) -> Call:
+        """The non-blocking call object (a future; for response streams, also the iterator). `polled`: a
+        blocking hedged unary call, whose caller waits in polled_result()."""
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         machine = self._machine(timeout, wait_for_ready, request_iterator is None)
         cls: Type[Call] = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
-                   wait_for_ready, compression)
+                   wait_for_ready, compression, polled)
 
     def _blocking(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
                   metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
@@ -68,8 +69,13 @@ class _MultiCallable(Method):
             machine = self._machine(timeout, wait_for_ready, True)
             return BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression,
                                 False).run(with_call)
-        call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
-        response = call.result()
+        if self.headers_first:  # a hedged unary call: the caller drives its attempts as it waits
+            call = self._call(request, None, timeout, metadata, credentials, wait_for_ready, compression, True)
+            response = call.polled_result()
+        else:
+            call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready,
+                              compression)
+            response = call.result()
         return (response, call) if with_call else response
 
 

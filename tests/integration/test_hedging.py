@@ -273,3 +273,42 @@ def test_hedged_call_with_no_backend_up(client, wait_for_ready):
         assert time.monotonic() - started >= 0.9
     else:
         assert out.code == UNAVAILABLE  # failed fast, as grpcio does
+
+
+def test_a_blocking_hedged_call_waits_on_its_own_attempt(backends, monkeypatch):
+    # The caller of a blocking hedged call polls its first attempt on that attempt's own queue, as grpcio's
+    # blocking call does: no thread is started per call (grpcio's spin thread, started and ended for each call
+    # that does not overlap another, cost ~3x a unary call). Overlapping calls share grpcio's spin thread; both
+    # shapes give the same results, and a polled attempt that loses to a hedge is cancelled and polled to its end.
+    started = []
+    start = threading.Thread.start
+
+    def counting_start(thread):
+        if thread.name != "grpc_retry-timers":
+            started.append(thread.name)
+        start(thread)
+
+    with grpc_retry.insecure_channel(target(backends), options=hedging_options(delay="1s")) as ch:
+        unary = ch.unary_unary(UNARY)
+        assert unary(b"warm", timeout=10) == b"warm"
+        monkeypatch.setattr(threading.Thread, "start", counting_start)
+        for i in range(20):
+            response, call = unary.with_call(b"%d" % i, timeout=10)
+            assert response == b"%d" % i and call.code() == OK
+        assert started == []
+        monkeypatch.setattr(threading.Thread, "start", start)
+
+        results = []
+        threads = [threading.Thread(target=lambda i=i: results.append(unary(b"%d" % i, timeout=10)))
+                   for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(results) == sorted(b"%d" % i for i in range(8))
+
+    before = len(backends[0].attempts_of(UNARY))
+    backends[0].script(UNARY, Step(wait=0))  # the polled first attempt never answers: the hedge wins
+    with grpc_retry.insecure_channel(target(backends), options=hedging_options(delay="0.1s")) as ch:
+        assert ch.unary_unary(UNARY)(b"x", timeout=10) == b"x"
+    assert backends[0].wait_ended(UNARY, before + 1)[-1].cancelled
