@@ -96,27 +96,30 @@ class CallDriver:
         if self._obs is not None:
             self._obs.flush()  # what the machine decided to get these actions, exported first
         for action in actions:
-            kind = action[0]
-            if kind == START:
-                self._start(action[1], action[2], action[3])
-            elif kind == WRITE:
-                self._write(action[1], action[3])
-            elif kind == HALF_CLOSE:
-                self._half_close(action[1])
-            elif kind == CANCEL:
-                self._cancel_attempt(action[1])
-            elif kind == COMMIT:
-                self._commit(action[1])
-            elif kind == TIMER:
-                self._arm(action[1])
-            elif kind == WAIT:
-                self._wait(action[1])
-            elif kind == UNWAIT:
-                self._unwait()
-            elif kind == DELIVER:
-                self._deliver(action[1])
-            else:
-                self._end(action[1])
+            self._perform(action)
+
+    def _perform(self, action: Action) -> None:
+        kind = action[0]
+        if kind == START:
+            self._start(action[1], action[2], action[3])
+        elif kind == WRITE:
+            self._write(action[1], action[3])
+        elif kind == HALF_CLOSE:
+            self._half_close(action[1])
+        elif kind == CANCEL:
+            self._cancel_attempt(action[1])
+        elif kind == COMMIT:
+            self._commit(action[1])
+        elif kind == TIMER:
+            self._arm(action[1])
+        elif kind == WAIT:
+            self._wait(action[1])
+        elif kind == UNWAIT:
+            self._unwait()
+        elif kind == DELIVER:
+            self._deliver(action[1])
+        else:
+            self._end(action[1])
 
     def _start(self, n: int, address: int, previous: int) -> None:
         raise NotImplementedError

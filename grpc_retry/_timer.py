@@ -39,7 +39,8 @@ class TimerHandle:
 class Timers:
     def __init__(self) -> None:
         self._heap: List[Tuple[float, int, TimerHandle]] = []
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
         self._wakes_at = 0.0  # when the sleeping thread wakes by itself (0: it is awake, and looks before sleeping)
@@ -47,7 +48,7 @@ class Timers:
     def schedule(self, delay: float, callback: Callable[[], None], shared: bool = False) -> TimerHandle:
         handle = TimerHandle(callback, shared)
         when = monotonic() + max(delay, 0.0)
-        with self._cond:
+        with self._lock:  # the condition's lock: its own `with` is Python code, run per call
             heapq.heappush(self._heap, (when, next(self._seq), handle))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grpc_retry-timers", daemon=True)
@@ -98,7 +99,8 @@ class Timers:
     def _after_fork(self) -> None:
         # The thread did not come along, and the timers were the parent's calls': start afresh.
         self._heap = []
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._thread = None
         self._wakes_at = 0.0
 

@@ -308,17 +308,22 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._queue.extend(actions)
 
     def _drain(self) -> None:
+        queue = self._queue
         while True:
-            with self._lock:
-                if not self._queue:
+            with self._lock:  # what is queued so far, taken at once (each is performed in order)
+                if not queue:
                     self._draining = False
                     return
-                action = self._queue.popleft()
-            try:
-                self._act([action])
-            except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
-                log.exception("grpc_retry could not perform %r", action)
-                self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
+                actions = list(queue)
+                queue.clear()
+            if self._obs is not None:
+                self._obs.flush()  # what the machine decided to get these actions, exported first
+            for action in actions:
+                try:
+                    self._perform(action)
+                except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
+                    log.exception("grpc_retry could not perform %r", action)
+                    self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------
 
