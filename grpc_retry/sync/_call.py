@@ -360,17 +360,22 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         finally:
             if obs is not None:
                 obs.leave_attempt(token)
+        elsewhere = False
         with self._lock:
             if pollable:
-                if call.polled:
-                    self._unpolled = call
-                else:
+                if not call.polled:
                     self._poller = False
+                elif self._polled:
+                    self._unpolled = call
+                else:  # the caller has gone meanwhile (interrupted): the attempt is cancelled, and polled elsewhere
+                    elsewhere = True
             if n in self._live or not call.done():  # else it ended already, and the machine heard its status
                 self._attempts[n] = call
             if not self._hedged:
                 self._current = n
             self._changed.notify_all()
+        if elsewhere:
+            _poll_elsewhere(method, call)
         if method.headers_first:
             return
         if self._hedged:
@@ -775,7 +780,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     with lock:
                         self._poller = False
         except BaseException:
+            with lock:
+                self._polled = False  # an attempt made for this thread from now on is polled elsewhere
+                attempt, self._unpolled = self._unpolled, None
             self.cancel()
+            if attempt is not None:
+                _poll_elsewhere(self._method, attempt)
             raise
         return self.result()
 
@@ -918,6 +928,15 @@ def _read(call: Any) -> Any:
         return next(call)
     except (StopIteration, grpc.RpcError):
         return _EOF
+
+
+def _poll_elsewhere(method: Any, attempt: Any) -> None:
+    """A polled attempt whose caller has gone (its call cancelled): poll it to its end on a worker thread, so that
+    its events, and grpcio's call, do not stay behind."""
+    try:
+        method.workers.submit(attempt.poll)
+    except RuntimeError:  # the channel closed meanwhile: its close cancelled the attempt
+        threading.Thread(target=attempt.poll, name="grpc_retry-polled-attempt", daemon=True).start()
 
 
 def _run_callback(callback: Callable[..., None], *args: Any) -> None:

@@ -312,3 +312,37 @@ def test_a_blocking_hedged_call_waits_on_its_own_attempt(backends, monkeypatch):
     with grpc_retry.insecure_channel(target(backends), options=hedging_options(delay="0.1s")) as ch:
         assert ch.unary_unary(UNARY)(b"x", timeout=10) == b"x"
     assert backends[0].wait_ended(UNARY, before + 1)[-1].cancelled
+
+
+def test_an_interrupted_blocking_hedged_call_leaves_nothing_behind(backends, monkeypatch):
+    # A signal's exception in the caller, while it polls its attempt (grpcio checks for signals as it waits):
+    # the exception goes on, the call and its attempt are cancelled, and the next call polls again.
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    backends[0].script(UNARY, Step(wait=0))  # never answers: held until cancelled
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with grpc_retry.insecure_channel(target(backends), options=hedging_options(delay="5s")) as ch:
+            unary = ch.unary_unary(UNARY)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            started = time.monotonic()
+            with pytest.raises(Interrupted):
+                unary(b"x", timeout=20)
+            assert time.monotonic() - started < 5  # not the hedge's answer
+            (held,) = backends[0].wait_ended(UNARY, 1)
+            assert held.cancelled
+            spawned = []
+            start = threading.Thread.start
+            monkeypatch.setattr(threading.Thread, "start",
+                                lambda thread: (spawned.append(thread.name), start(thread))[1])
+            assert unary(b"y", timeout=10) == b"y"  # polled, as before: no thread started
+            assert [name for name in spawned if name != "grpc_retry-timers"] == []
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
