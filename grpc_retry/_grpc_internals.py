@@ -492,13 +492,13 @@ class SyncHeadersFirst:
     """A unary-unary method on one sync subchannel, made from grpcio's multicallable of it and the subchannel's
     grpcio channel: it makes `SyncHeadersFirstAttempt`s."""
 
-    __slots__ = ("_multicallable", "_calls", "_lock", "polling")
+    __slots__ = ("_multicallable", "_calls", "_lock", "_polling")
 
     def __init__(self, multicallable: Any, channel: Any) -> None:
         self._multicallable = multicallable
         self._calls = channel._call_state  # its calls on grpcio's spin thread
         self._lock = threading.Lock()
-        self.polling = 0  # its polled attempts not yet ended
+        self._polling = False  # an attempt of it is polled, not yet ended
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
@@ -510,9 +510,8 @@ class SyncHeadersFirst:
         polled = False
         if pollable and not self._calls.managed_calls:
             with self._lock:
-                polled = not self.polling
-                if polled:
-                    self.polling = 1
+                polled = not self._polling
+                self._polling = True
         deadline = None if timeout is None else time.time() + timeout
         try:
             return SyncHeadersFirstAttempt(
@@ -527,7 +526,7 @@ class SyncHeadersFirst:
 
     def polled_ended(self) -> None:
         with self._lock:
-            self.polling = 0
+            self._polling = False
 
 
 class _AttemptState:
@@ -586,14 +585,13 @@ class SyncHeadersFirstAttempt(_SyncAttempt):
     blocking it), or, if `polled`, from the thread that calls poll() — the blocking call's caller, as grpcio's
     blocking call waits on its own call's queue: no spin thread to start per call, no hand-off."""
 
-    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end", "_method", "polled")
+    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end", "_method")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
                  credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
                  method: Optional[SyncHeadersFirst] = None) -> None:
         super().__init__()
         self._method = method  # polled: the method it tells once it has ended
-        self.polled = polled = method is not None
         self._lock = threading.Lock()
         self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
         self.on_headers: Optional[Callable[[Any], None]] = on_headers
@@ -605,7 +603,7 @@ class SyncHeadersFirstAttempt(_SyncAttempt):
         # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
         # may come before this returns: only cancel() uses `_call`.)
         batches = (sending + (headers,), (message, status))
-        if polled:
+        if method is not None:
             self._call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
                                                     credentials, tuple((ops, None) for ops in batches), m._context,
                                                     m._registered_call_handle)
@@ -621,20 +619,16 @@ class SyncHeadersFirstAttempt(_SyncAttempt):
         try:
             while not self._on_event(call.next_event()):
                 pass
-            cast(SyncHeadersFirst, self._method).polled_ended()
         except BaseException:
-            cast(SyncHeadersFirst, self._method).polled_ended()
-            state = self._state
-            with self._lock:
-                if state.code is None:
-                    state.code, state.details = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED
-                    if state.initial_metadata is None:
-                        state.initial_metadata = ()
-                self._ops = ()
-                on_end, self.on_headers, self.on_end = self.on_end, None, None
-            if on_end is not None:
-                _tell(on_end, self)
+            self.cancel()  # (grpcio's call has no batch left to cancel)
+            self._end(False)
             raise
+        finally:
+            cast(SyncHeadersFirst, self._method).polled_ended()
+
+    @property
+    def polled(self) -> bool:
+        return self._method is not None
 
     def _on_event(self, event: Any) -> bool:
         """grpcio's spin thread: a batch is done. True once both are (grpcio then stops counting the call)."""
