@@ -491,23 +491,39 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     async def _until_sent(self, any_hedge: bool) -> None:
         """Until the call's metadata has gone out on the winner, else the attempt in flight (else, `any_hedge`,
-        the first live hedge); a call that has ended raises as awaiting it would."""
+        on any live hedge); a call that has ended raises as awaiting it would."""
         while not self._done:
             n = self._winner if self._winner >= 0 else self._current
-            if n < 0 and any_hedge and self._attempts:
-                n = min(self._attempts)
-            attempt = self._attempts.get(n)
-            if attempt is None or attempt.done():
+            if n >= 0:
+                attempt = self._attempts.get(n)
+                live = () if attempt is None or attempt.done() else (attempt,)
+            else:
+                live = tuple(a for a in self._attempts.values() if not a.done()) if any_hedge else ()
+            if not live:
                 await self._next_change()  # an attempt starts, or the machine hears how this one ended
-                continue
-            # The attempt's own wait, in a task of its own: cancelling this wait must not cancel the attempt,
-            # and the attempt's failure is the machine's to judge, not this wait's.
-            waiter = self._loop.create_task(attempt.wait_for_connection())
-            waiter.add_done_callback(_retrieved)
-            await asyncio.wait((waiter,))
-            if not waiter.cancelled() and waiter.exception() is None and not attempt.done():
+            elif await self._any_sent(live):
                 return
         self._raise_if_failed()
+
+    async def _any_sent(self, attempts: Tuple[Any, ...]) -> bool:
+        """Until one of `attempts` has sent its metadata (True), or the call changes (False: an attempt started,
+        ended or lost, or the call ended). Each attempt's own wait runs in a task of its own: cancelling this
+        wait must not cancel the attempt, and an attempt's failure is the machine's to judge, not this wait's.
+        (grpc.aio's wait never ends for an attempt cancelled before its metadata went out: the call's change
+        does, and the tasks go with this wait.)"""
+        waiters = [self._loop.create_task(attempt.wait_for_connection()) for attempt in attempts]
+        for waiter in waiters:
+            waiter.add_done_callback(_retrieved)
+        if self._changed is None:
+            self._changed = self._loop.create_future()
+        try:
+            await asyncio.wait((*waiters, self._changed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.cancel()
+        return any(waiter.done() and not waiter.cancelled() and waiter.exception() is None and not attempt.done()
+                   for waiter, attempt in zip(waiters, attempts, strict=True))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} done={self._done} code={self._code} machine={self._machine!r}>"

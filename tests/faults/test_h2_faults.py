@@ -4,11 +4,14 @@ test says so: what succeeds here succeeds transparently."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, fail
-from support.clients import retry_policy, service_config
-from support.h2_fault import GOAWAY, REFUSE, RESET, UNKNOWN_CODE, H2FaultServer
+from support.clients import ECHO_SERVICE, retry_policy, service_config
+from support.h2_fault import GOAWAY, NO_STREAMS, REFUSE, RESET, UNKNOWN_CODE, H2FaultServer
 
 OK = grpc.StatusCode.OK
 PREVIOUS = "grpc-previous-rpc-attempts"
@@ -28,6 +31,7 @@ def ipv4(*servers) -> str:
 METHODS = {"unary": UNARY, "server_stream": SERVER_STREAM, "client_stream": CLIENT_STREAM, "bidi": BIDI}
 # A request stream is replayable only while the call keeps it, i.e. under a retry policy (a call without one
 # commits at once and keeps nothing). This one never retries UNAVAILABLE: a success can only be transparent.
+HEDGING = {"maxAttempts": 2, "hedgingDelay": "0.2s"}
 ABORTED_ONLY = [("grpc.service_config", service_config(retry_policy(max_attempts=2, codes=("ABORTED",))))]
 
 
@@ -104,8 +108,6 @@ def test_transparent_retry_counts_toward_neither_max_attempts_nor_metadata(clien
 def test_a_status_code_grpc_does_not_define_reads_as_on_grpcio(fault):
     """grpc-status 42: UNKNOWN, with grpcio's words for it, on every shape of a sync unary call and on asyncio
     (where older grpc.aio raises KeyError itself, grpc_retry's call still ends UNKNOWN)."""
-    import asyncio
-
     import grpc_retry
     import grpc_retry.aio
 
@@ -134,3 +136,60 @@ def test_a_status_code_grpc_does_not_define_reads_as_on_grpcio(fault):
         assert ours == asyncio.run(aio_error(grpc.aio.insecure_channel))
     except KeyError:  # grpc.aio before ~1.8x fails on such a code itself (KeyError: 42): nothing to compare
         pass
+
+
+# -- asyncio writes waiting for a stream the peer does not allow (SETTINGS_MAX_CONCURRENT_STREAMS 0) ---------------
+
+
+def _method_config(**policy) -> dict:
+    return {"methodConfig": [{"name": [{"service": ECHO_SERVICE}], **policy}]}
+
+
+async def _call_tasks() -> set:
+    """Tasks but this one and the channel's own (its connectivity watch)."""
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()
+            and "_watch_loop" not in getattr(task.get_coro(), "__qualname__", "")}
+
+
+@pytest.mark.parametrize("fault", [NO_STREAMS], indirect=True)
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+async def test_aio_a_write_waiting_for_its_stream_ends_with_the_cancelled_call(fault, policy):
+    """The attempt's metadata cannot go out, so write() waits (as on grpc.aio); cancel() ends the call, and the
+    write raises CancelledError at once, leaving no task behind. (grpc.aio's own write waits on forever there:
+    its call never learns that its metadata will not go out.)"""
+    import grpc_retry.aio
+
+    config = {"none": None, "retry": json.dumps(_method_config(retryPolicy=retry_policy())),
+              "hedging": json.dumps(_method_config(hedgingPolicy=HEDGING))}[policy]
+    async with grpc_retry.aio.insecure_channel(fault.target, options=[] if config is None else
+                                               [("grpc.service_config", config)]) as channel:
+        before = await _call_tasks()
+        call = channel.stream_stream(BIDI)(timeout=30)
+        write = asyncio.ensure_future(call.write(b"a"))
+        done, _ = await asyncio.wait((write,), timeout=0.3)
+        assert not done, "the write went on before the attempt's metadata went out"
+        assert call.cancel()
+        done, _ = await asyncio.wait((write,), timeout=2)
+        assert done and write.cancelled(), "the write still waits after its call was cancelled"
+        assert await call.code() == grpc.StatusCode.CANCELLED
+        left = await _call_tasks() - before
+        if left:  # grpc.aio's own task for the attempt's status ends as C-core reports the cancel
+            await asyncio.wait(left, timeout=2)
+            left = await _call_tasks() - before
+        assert left == set(), "a task outlived its call"
+
+
+@pytest.mark.parametrize("fault", [NO_STREAMS], indirect=True)
+async def test_aio_a_hedged_write_goes_out_with_the_first_hedge_that_can(fault, backend):
+    """pick_first puts the first attempt on the peer that allows no stream; the hedge goes to the backend. The
+    call's writes wait for the first hedge whose metadata has gone out, not for the first hedge."""
+    import grpc_retry.aio
+
+    config = json.dumps(_method_config(hedgingPolicy=HEDGING))
+    async with grpc_retry.aio.insecure_channel(ipv4(fault, backend), options=[("grpc.service_config", config)]) as ch:
+        call = ch.stream_stream(BIDI)(timeout=30)
+        await asyncio.wait_for(call.write(b"a"), 5)
+        await call.done_writing()
+        assert [response async for response in call] == [b"a"]
+        assert await call.code() == OK
+    assert [a.requests for a in backend.attempts_of(BIDI)] == [[b"a"]]

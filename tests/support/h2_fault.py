@@ -1,9 +1,9 @@
 """A real HTTP/2 peer, built with the `h2` package, that misbehaves on purpose: it refuses streams
 (RST_STREAM REFUSED_STREAM), sends GOAWAY before looking at a stream, resets streams with INTERNAL_ERROR,
-stalls, or answers with a status code gRPC does not define — or, MIXED, any of the first four per stream, at
-random. It speaks just enough gRPC to be reached by a grpcio client; it never answers successfully. It counts the
-stalled streams the client has not yet reset (`open`): a client that ended a call but left its stream open here
-leaks it."""
+stalls, answers with a status code gRPC does not define, allows no stream at all — or, MIXED, any of the first
+four per stream, at random. It speaks just enough gRPC to be reached by a grpcio client; it never answers
+successfully. It counts the stalled streams the client has not yet reset (`open`): a client that ended a call but
+left its stream open here leaks it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 from h2.errors import ErrorCodes
 
 REFUSE = "refuse"
@@ -24,6 +25,7 @@ GOAWAY = "goaway"
 RESET = "reset"
 STALL = "stall"
 UNKNOWN_CODE = "unknown_code"  # a Trailers-Only answer with grpc-status 42, a code gRPC does not define
+NO_STREAMS = "no_streams"  # SETTINGS_MAX_CONCURRENT_STREAMS 0: the client holds its streams, metadata unsent
 MIXED = "mixed"
 _MIXED = (REFUSE, REFUSE, GOAWAY, RESET, STALL, STALL)
 
@@ -84,6 +86,9 @@ class H2FaultServer:
         key = id(sock)
         config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
         conn = h2.connection.H2Connection(config=config)
+        if self.mode == NO_STREAMS:
+            conn.local_settings = h2.settings.Settings(
+                client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 0})
         conn.initiate_connection()
         try:
             sock.sendall(conn.data_to_send())
