@@ -158,6 +158,8 @@ async def test_aio_cancel_wakes_a_task_waiting_for_a_response_streams_status(bac
         call = channel.unary_stream(SERVER_STREAM)(b"x", timeout=30)
         for _ in range(read):
             assert await asyncio.wait_for(call.read(), 5) == b"x#0"
+        # The attempt is at the server (under load it may still be on its way after the 50 ms below).
+        await asyncio.get_running_loop().run_in_executor(None, backend.wait_attempts, SERVER_STREAM, 1, 5)
         waiter = asyncio.ensure_future(getattr(call, wait_in)())
         await asyncio.sleep(0.05)  # the waiter is parked in the wait (nothing signals that it is)
         assert not waiter.done()
