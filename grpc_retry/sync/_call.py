@@ -225,6 +225,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         # attempt at a time on that attempt's own queue, as grpcio's blocking call does; other attempts report
         # from grpcio's spin thread. `_poller`: an attempt is made (or being made) for it, and not yet polled.
         self._polled = polled
+        self._blocking = polled  # nothing sees the call before it ends: see _headers_came
         self._poller = False
         self._unpolled: Any = None
         self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended
@@ -240,6 +241,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._reads: Set[int] = set()         # attempts whose first message is being read before they won
         self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
         self._graces: Dict[int, Any] = {}     # hedges with empty headers: their silence commits after this timer
+        self._silent: Optional[Tuple[int, float]] = None  # (n, since): the same, without a timer (_headers_came)
         self._timer: Any = None
         # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
         # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
@@ -278,7 +280,9 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             self._note(decide())
             if not self._claim_drain():
                 return
-        self._drain()
+            actions = list(self._queue)  # (taken here: one lock round less per event)
+            self._queue.clear()
+        self._drain(actions)
 
     def _claim_drain(self) -> bool:
         """(Under the lock.) Whether this thread performs the queued actions (no other thread is at it)."""
@@ -307,15 +311,18 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 self._ending = True
         self._queue.extend(actions)
 
-    def _drain(self) -> None:
+    def _drain(self, actions: Optional[List[Action]] = None) -> None:
+        """(The thread that claimed the drain.) Perform `actions` (taken off the queue already), then what is
+        queued, until nothing is."""
         queue = self._queue
         while True:
-            with self._lock:  # what is queued so far, taken at once (each is performed in order)
-                if not queue:
-                    self._draining = False
-                    return
-                actions = list(queue)
-                queue.clear()
+            if actions is None:
+                with self._lock:  # what is queued so far, taken at once (each is performed in order)
+                    if not queue:
+                        self._draining = False
+                        return
+                    actions = list(queue)
+                    queue.clear()
             if self._obs is not None:
                 self._obs.flush()  # what the machine decided to get these actions, exported first
             for action in actions:
@@ -324,6 +331,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
                     log.exception("grpc_retry could not perform %r", action)
                     self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
+            actions = None
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------
 
@@ -422,29 +430,49 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             call.cancel()
 
     def _commit(self, n: int) -> None:
-        with self._lock:
-            self._changed.notify_all()  # readers waiting for a winner
+        if not self._blocking:
+            with self._lock:
+                self._changed.notify_all()  # readers waiting for a winner (a blocking call has none)
 
     def _arm(self, at: float) -> None:
+        # Under the call's lock throughout: a timer's cancel() takes no lock, and the timer thread calls back
+        # holding none of its own, so scheduling here cannot deadlock with _on_timer.
         with self._lock:
             timer, self._timer = self._timer, None
             token = self._tokens.popleft()
-        if timer is not None:
-            timer.cancel()
-        if at != INF:
-            timer = TIMERS.schedule(at - monotonic(), lambda: self._on_timer(token))
-            with self._lock:
-                if self._timer_token == token and not self._ending:
-                    self._timer = timer
-                    return
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+            if at != INF and self._timer_token == token and not self._ending:
+                self._timer = TIMERS.schedule(at - monotonic(), lambda: self._on_timer(token))
 
     def _on_timer(self, token: int) -> None:
         with self._lock:
             if self._timer_token != token:
                 return
             self._timer = None
-        self._event(lambda: self._machine.timer(monotonic()) if self._timer_token == token else [])
+        self._event(lambda: self._timer_fired(token))
+
+    def _timer_fired(self, token: int) -> List[Action]:
+        """(Under the lock.) The hedging (or backoff) timer fired: a silence due first commits the call (no hedge
+        then)."""
+        if self._silent is not None:
+            actions = self._silence_due(monotonic())
+            if actions:
+                return actions
+        return self._machine.timer(monotonic()) if self._timer_token == token else []
+
+    def _silence_due(self, now: float) -> List[Action]:
+        """(Under the lock; a hedge may start now.) The attempt whose empty headers came without a grace timer:
+        its silence commits the call if it has lasted HEADERS_GRACE; else it gets its timer now."""
+        n, since = cast("Tuple[int, float]", self._silent)
+        self._silent = None
+        if n not in self._live or self._machine.winner == n:
+            return []
+        if now - since >= HEADERS_GRACE:
+            return self._machine.headers(n, now)
+        self._graces[n] = TIMERS.schedule(since + HEADERS_GRACE - now,
+                                          lambda: self._event(lambda: self._answer(n), n))
+        return []
 
     def _wait(self, generation: int) -> None:
         with self._lock:
@@ -525,6 +553,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         if attempt.initial_metadata():
             self._event(lambda: self._answer(n), n)
             return
+        with self._lock:
+            if self._blocking and self._silent is None and len(self._live) == 1 and n in self._live:
+                # A blocking call's only attempt: until the hedging timer fires or the attempt ends, nothing can
+                # see the commit its silence would make, and both look at the silence then (no timer per call).
+                self._silent = (n, monotonic())
+                return
         grace = TIMERS.schedule(HEADERS_GRACE, lambda: self._event(lambda: self._answer(n), n))
         with self._lock:
             self._graces[n] = grace
@@ -532,17 +566,23 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
         """A hedged unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
         headers did already), then its status goes to the machine."""
-        with self._lock:
-            grace = self._graces.pop(n, None)
-        if grace is not None:
-            grace.cancel()
         self._event(lambda: self._responded(n, attempt), n)
 
     def _responded(self, n: int, attempt: Any) -> List[Action]:
         """(Under the lock.)"""
+        grace = self._graces.pop(n, None) if self._graces else None
+        if grace is not None:
+            grace.cancel()
         actions: List[Action] = []
-        if internals.sync_response(attempt) is not None and self._machine.winner != n:
+        responded = internals.sync_response(attempt) is not None
+        if responded and self._machine.winner != n:
             actions = self._machine.message(n, monotonic())
+        silent = self._silent
+        if silent is not None and silent[0] == n:
+            self._silent = None
+            now = monotonic()
+            if not responded and now - silent[1] >= HEADERS_GRACE and self._machine.winner != n:
+                actions = self._machine.headers(n, now)  # its silence lasted: it won before it ended
         return actions + self._status(n, attempt)
 
     def _watch(self, n: int, call: Any) -> None:

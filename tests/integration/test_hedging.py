@@ -102,6 +102,38 @@ def test_a_fatal_status_cancels_every_hedge_and_is_returned(client, backends):
     assert seen(backends) == [1, 1, 0]
 
 
+# Empty response headers may be a Trailers-Only response whose status is a moment behind: only silence after them
+# (50 ms) commits the call to their attempt, as its response or real headers would.
+
+
+def test_silence_after_empty_headers_commits_before_the_attempt_ends(client, backends):
+    """Committed by its silence, the attempt's non-fatal status is the call's: no hedge follows it."""
+    backends[0].script(UNARY, fail(UNAVAILABLE, "after silence", headers=(), headers_lead=0.3))
+    ch = client.channel(target(backends), hedging_options(delay="5s"))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert (out.code, out.details) == (UNAVAILABLE, "after silence")
+    assert seen(backends) == [1, 0, 0]
+
+
+@pytest.mark.parametrize("delay", ["0.2s", "0.02s"])
+def test_silence_after_empty_headers_stops_hedging(client, backends, delay):
+    """The hedging delay ends after the silence has committed the call (0.2 s: no hedge), or before (0.02 s: the
+    hedge goes, and is cancelled once the silence commits); either way the first attempt's answer is the call's."""
+    backends[0].script(UNARY, Step(headers=(), headers_lead=0.4))
+    backends[1].script(UNARY, Step(wait=0))  # a hedge here is held until cancelled
+    ch = client.channel(target(backends), hedging_options(max_attempts=2, delay=delay))
+    out = ch.unary(UNARY, b"x", timeout=10)
+    assert out.code == OK and out.previous_attempts is None
+    hedges = ch.channel.retry_stats()[UNARY].retry_attempts  # made, whether or not the server saw them
+    if delay == "0.2s":
+        assert seen(backends) == [1, 0, 0] and hedges == 0
+    else:
+        assert hedges == 1
+        assert seen(backends) == [1, 1, 0]
+        (hedge,) = backends[1].wait_ended(UNARY, 1)
+        assert hedge.cancelled and hedge.ended < backends[0].attempts_of(UNARY)[0].ended
+
+
 def test_when_every_hedge_fails_the_last_status_is_returned_after_the_last_ends(client, backends):
     for i, wait in enumerate((0.1, 0.6, 0.3)):
         backends[i].script(UNARY, fail(UNAVAILABLE, f"backend {i}", wait=wait))
