@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -59,8 +60,19 @@ def _split_host_port(hostport: str, target: str) -> Tuple[str, int]:
 
 def address_target(host: str, port: int) -> str:
     """The grpcio target of one resolved address."""
+    if _canonical_ipv4(host):
+        return f"ipv4:{host}:{port}"
     ip = ipaddress.ip_address(host)
     return f"ipv4:{ip}:{port}" if ip.version == 4 else f"ipv6:[{ip}]:{port}"
+
+
+def _canonical_ipv4(host: str) -> bool:
+    """Whether `host` is an IPv4 address written as ipaddress writes it (a.b.c.d), checked in C: ipaddress parses
+    in Python (~20 us an address; a channel of 300 addresses spent 2 ms of its creation there)."""
+    try:
+        return socket.inet_ntop(socket.AF_INET, socket.inet_pton(socket.AF_INET, host)) == host
+    except (OSError, ValueError):
+        return False
 
 
 def _literal(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
@@ -81,6 +93,9 @@ def _static_list(body: str, version: int, target: str) -> Tuple[str, ...]:
         host, port = _split_host_port(item, target)
         if version == 6 and item.endswith("]"):
             raise ValueError(f"target {target!r}: address {item!r} has no port (ipv6: addresses are [a]:port)")
+        if version == 4 and _canonical_ipv4(host):
+            addresses.append(f"ipv4:{host}:{port}")
+            continue
         ip = _literal(host)
         if ip is None or ip.version != version:
             raise ValueError(f"target {target!r}: {host!r} is not an IPv{version} address")
