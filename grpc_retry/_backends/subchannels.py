@@ -44,6 +44,10 @@ TRANSIENT_FAILURE = 3
 SHUTDOWN = 4
 # The longest a subchannel whose address vanished waits for its attempts in flight before it is closed.
 RETIRE_GRACE = 60.0
+# round_robin: after its first call's pick, a channel makes and connects its other subchannels CONNECT_STEP at a
+# time, CONNECT_PAUSE apart (meanwhile its calls run: the GIL is theirs too).
+CONNECT_STEP = 8
+CONNECT_PAUSE = 0.001
 # A channel whose name does not resolve learns it no sooner than this after its first use. The system's resolver
 # can refuse a name within microseconds (or a lookup shared with another channel can be ending), where grpcio's
 # channel asks a DNS server through its event engine, a millisecond or more: a call cancelled right after it began
@@ -246,13 +250,27 @@ class Subchannels:
             if self.outliers is not None:
                 self.outliers.start()
             if self._eager:
-                self._connect_all()
+                # The others connect off this attempt's path, a step at a time: making a subchannel is a grpcio
+                # channel (~50 us), and the first call of a channel of 300 addresses is not to wait for them all.
+                self._schedule(0.0, self._connect_all)
         return channel
 
-    def _connect_all(self) -> None:
-        for slot in self._slot_of.values():
-            if self.picker.state(slot) != SHUTDOWN and not self.closed:
-                self.channel(slot, connect=True)
+    def _connect_all(self, done: int = 0) -> None:
+        """round_robin: make and connect every subchannel, CONNECT_STEP at a time (between steps the event loop,
+        or the GIL, is the calls')."""
+        slots = list(self._slot_of.values())[done:done + CONNECT_STEP]
+        for slot in slots:
+            if self.closed:
+                return
+            if self.picker.state(slot) != SHUTDOWN:
+                try:
+                    self.channel(slot, connect=True)
+                except Exception:
+                    if self.closed:  # closed meanwhile, on another thread
+                        return
+                    raise
+        if len(slots) == CONNECT_STEP and not self.closed:
+            self._schedule(CONNECT_PAUSE, lambda: self._connect_all(done + CONNECT_STEP))
 
     def on_state(self, index: int, channel: Any, state: int) -> None:
         """Slot `index`'s grpcio channel `channel` is now in `state` (the flavor's watcher tells)."""

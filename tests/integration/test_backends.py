@@ -62,6 +62,24 @@ def tag(n: int):
     return ((CALL_ID, str(n)),)
 
 
+def test_round_robin_reaches_every_backend_after_its_first_call(client):
+    """round_robin makes the subchannels its first call did not pick off that call's path, a few at a time (so
+    that a channel of many addresses answers its first call without waiting for them all): all of them, soon."""
+    from grpc_retry._backends import subchannels
+
+    servers = [Backend(workers=2) for _ in range(2 * subchannels.CONNECT_STEP + 2)]  # three steps' worth
+    try:
+        ch = client.channel(ipv4(*(s.port for s in servers)), options("round_robin"))
+        assert ch.unary(UNARY, b"x", timeout=10).code == OK
+        deadline = time.monotonic() + 20
+        while any(not s.attempts_of(UNARY) for s in servers) and time.monotonic() < deadline:
+            assert ch.unary(UNARY, b"x", timeout=10).code == OK
+        assert [s.port for s in servers if not s.attempts_of(UNARY)] == []
+    finally:
+        for server in servers:
+            server.stop()
+
+
 @pytest.mark.parametrize("lb, via", [("pick_first", "option"), ("round_robin", "option"),
                                      ("round_robin", "config")])
 def test_retry_never_revisits_a_backend(client, backends, lb, via):
