@@ -68,7 +68,7 @@ def address_target(host: str, port: int) -> str:
 
 def _canonical_ipv4(host: str) -> bool:
     """Whether `host` is an IPv4 address written as ipaddress writes it (a.b.c.d), checked in C: ipaddress parses
-    in Python (~20 us an address; a channel of 300 addresses spent 2 ms of its creation there)."""
+    in Python (~10 us an address: 2.8 ms of a 300-address channel's creation, now 0.5 ms)."""
     try:
         return socket.inet_ntop(socket.AF_INET, socket.inet_pton(socket.AF_INET, host)) == host
     except (OSError, ValueError):
