@@ -128,10 +128,10 @@ def test_silence_after_empty_headers_stops_hedging(client, backends, delay):
     if delay == "0.2s":
         assert seen(backends) == [1, 0, 0] and hedges == 0
     else:
-        assert hedges == 1
-        assert seen(backends) == [1, 1, 0]
-        (hedge,) = backends[1].wait_ended(UNARY, 1)
-        assert hedge.cancelled and hedge.ended < backends[0].attempts_of(UNARY)[0].ended
+        assert hedges == 1 and seen(backends)[::2] == [1, 0]
+        (first,) = backends[0].wait_ended(UNARY, 1)  # (its end is recorded after its answer left)
+        for hedge in backends[1].wait_all_ended(UNARY):  # (under load it may be cancelled on its way there)
+            assert hedge.cancelled and hedge.ended < first.ended  # at the commit, not at the call's end
 
 
 def test_when_every_hedge_fails_the_last_status_is_returned_after_the_last_ends(client, backends):
