@@ -470,9 +470,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             return []
         if now - since >= HEADERS_GRACE:
             return self._machine.headers(n, now)
-        self._graces[n] = TIMERS.schedule(since + HEADERS_GRACE - now,
-                                          lambda: self._event(lambda: self._answer(n), n))
+        self._graces[n] = self._grace(n, since + HEADERS_GRACE - now)
         return []
+
+    def _grace(self, n: int, delay: float) -> Any:
+        """A timer: attempt n's silence after empty headers commits the call to it once it has lasted."""
+        return TIMERS.schedule(delay, lambda: self._event(lambda: self._answer(n), n))
 
     def _wait(self, generation: int) -> None:
         with self._lock:
@@ -558,10 +561,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 # A blocking call's only attempt: until the hedging timer fires or the attempt ends, nothing can
                 # see the commit its silence would make, and both look at the silence then (no timer per call).
                 self._silent = (n, monotonic())
-                return
-        grace = TIMERS.schedule(HEADERS_GRACE, lambda: self._event(lambda: self._answer(n), n))
-        with self._lock:
-            self._graces[n] = grace
+            else:
+                self._graces[n] = self._grace(n, HEADERS_GRACE)  # (under the lock: see _arm)
 
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
         """A hedged unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
@@ -618,7 +619,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             return None
         # Empty headers: real ones, or a Trailers-Only response whose status is a moment behind. Read ahead: a
         # message commits, the end does not, silence after the headers does.
-        grace = TIMERS.schedule(HEADERS_GRACE, lambda: self._event(lambda: self._answer(n), n))
+        grace = self._grace(n, HEADERS_GRACE)
         try:
             message = self._read_first(n, call, keep=True)
         finally:
