@@ -57,6 +57,12 @@ class _Attempts(CallDriver):
         self._response: Any = None
         self._final: Any = None   # with OK: the attempt whose result the application gets
 
+    def _same_call(self, other: CallDriver) -> None:
+        super()._same_call(other)
+        self._error = None
+        self._response = None
+        self._final = None
+
     def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
         deadline = self._machine.deadline
         return dict(timeout=None if deadline == INF else deadline - monotonic(),
@@ -217,9 +223,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                 compression: Any, polled: bool = False) -> None:
-        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                         request_iterator is not None)
+                 compression: Any, polled: bool = False, inline: Any = None) -> None:
+        if inline is None:
+            super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                             request_iterator is not None)
+        else:  # a call handed over by its inline driver (see adopting): what the attempts are started with
+            self._same_call(inline)
         self._lock = threading.Lock()
         # A blocking hedged unary call: its caller's thread, waiting for the end (polled_result), drives one
         # attempt at a time on that attempt's own queue, as grpcio's blocking call does; other attempts report
@@ -264,9 +273,32 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         self._exhausted = request_iterator is None
         self._calls.add(self)
         self._refusal: Optional[Exception] = None
+        if inline is not None:
+            return
         self._event(lambda: machine.start(monotonic(), request))
         if self._refusal is not None:  # grpcio refused the first attempt (metadata it cannot send): as grpcio,
             raise self._refusal        # the call site raises (the call has ended, INTERNAL)
+
+    @classmethod
+    def adopting(cls, inline: Any, actions: List[Action], attempt: Any, timer_at: float, silent: float) -> Call:
+        """(Under `inline`'s lock.) A blocking hedged call that its inline driver (sync/_hedged.py) hands over,
+        with its machine's state: attempt 0 if still out (`attempt`; its caller's thread may be polling it), the
+        timer the machine has armed (`timer_at`), when attempt 0's empty headers came (`silent`, -1: not), and
+        `actions`, what the machine has just decided. The caller must then _drain() it (outside its lock)."""
+        call = cls(inline._method, inline._machine, inline._request, None, None, None, None, None, None, True,
+                   inline)
+        with call._lock:
+            if attempt is not None:
+                call._live.add(0)
+                call._attempts[0] = attempt
+                call._poller = attempt.polled
+                if silent >= 0:
+                    call._graces[0] = call._grace(0, max(0.0, silent + HEADERS_GRACE - monotonic()))
+            if timer_at != INF:
+                actions = [(TIMER, timer_at)] + actions
+            call._note(actions)
+            call._claim_drain()
+        return call
 
     # -- events: decided under the lock, performed outside it --------------------------------------------------
 
@@ -821,14 +853,26 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     with lock:
                         self._poller = False
         except BaseException:
-            with lock:
-                self._polled = False  # an attempt made for this thread from now on is polled elsewhere
-                attempt, self._unpolled = self._unpolled, None
-            self.cancel()
-            if attempt is not None:
-                _poll_elsewhere(self._method, attempt)
+            self._abandon()
             raise
         return self.result()
+
+    def _poll_done(self) -> None:
+        """(A blocking hedged call handed over by its inline driver.) The caller's thread has polled attempt 0 to
+        its end: it can poll another."""
+        with self._lock:
+            self._poller = False
+            self._changed.notify_all()
+
+    def _abandon(self) -> None:
+        """The blocking caller has gone (interrupted): the call is cancelled, and its attempts are polled
+        elsewhere."""
+        with self._lock:
+            self._polled = False  # an attempt made for this thread from now on is polled elsewhere
+            attempt, self._unpolled = self._unpolled, None
+        self.cancel()
+        if attempt is not None:
+            _poll_elsewhere(self._method, attempt)
 
     def _until_done(self, timeout: Optional[float]) -> None:
         if not self._wait_finished(timeout):

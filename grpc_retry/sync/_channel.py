@@ -19,6 +19,7 @@ from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
+from grpc_retry.sync._hedged import HedgedBlockingCall
 from grpc_retry.sync._status import local_error
 from grpc_retry.sync._workers import Workers
 
@@ -69,7 +70,11 @@ class _MultiCallable(Method):
             machine = self._machine(timeout, wait_for_ready, True)
             return BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression,
                                 False).run(with_call)
-        if self.headers_first:  # a hedged unary call: the caller drives its attempts as it waits
+        if self.headers_first and not with_call:  # a hedged unary call: the first attempt on this thread
+            machine = self._machine(timeout, wait_for_ready, True)
+            return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,
+                                      compression).run()
+        if self.headers_first:  # (with_call: the call object is the grpc.Call) the caller polls as it waits
             call = self._call(request, None, timeout, metadata, credentials, wait_for_ready, compression, True)
             response = call.polled_result()
         else:

@@ -1,0 +1,326 @@
+"""A blocking hedged unary call, driven on the caller's thread for as long as it has one attempt out.
+
+Most hedged calls never hedge: their first attempt answers before the hedging delay. Such a call needs no
+queue of actions, no thread hand-offs and no grpc.Future around it: the caller starts the attempt, polls it (or,
+when grpcio's spin thread reports it, waits for it) and ends the call, as a blocking call does; the hedging timer
+is the one other thread that may act meanwhile, so one lock, taken once per event, is all it shares. The moment
+the call needs more — the timer fires with the attempt out (a hedge), the attempt ends and another must follow,
+no subchannel can take it — the call is handed to a non-blocking Call (sync/_call.py), with the machine, the
+attempt out and what the machine has just decided; the caller then waits on that Call, as a blocking call on it
+would, and the attempt's later events go to it.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import monotonic
+from typing import TYPE_CHECKING, Any, List, Optional, cast
+
+import grpc
+
+from grpc_retry import _grpc_internals as internals
+from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
+from grpc_retry._timer import TIMERS
+from grpc_retry._waiters import Waiters
+from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
+
+if TYPE_CHECKING:
+    from grpc_retry._core import Action
+
+_OK = grpc.StatusCode.OK
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+
+
+class HedgedBlockingCall(_Attempts):
+    """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
+    the whole call handed to a Call."""
+
+    __slots__ = ("_lock", "_attempt", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended", "_changed",
+                 "_local_details")
+
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> None:
+        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
+        self._lock = threading.Lock()
+        self._attempt: Any = None           # attempt 0, once made
+        self._timer: Any = None             # the TIMERS handle of the machine's timer
+        self._timer_at = INF                # when the machine's timer is due, as last decided
+        self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not)
+        self._handed: Optional[Call] = None  # the Call that drives it now
+        self._ending = False                # the machine has decided the end
+        self._ended = False                 # ... and it is performed: the result is set
+        self._changed: Optional[Waiters] = None  # threads waiting for the end or the hand-off
+        self._local_details = CANCELLED_DETAILS
+
+    def run(self) -> Any:
+        calls = self._method.calls
+        calls.add(self)
+        try:
+            handed = self._run()
+        except BaseException:
+            self._interrupted()
+            raise
+        finally:
+            calls.discard(self)
+        if handed is not None:
+            return handed.polled_result()
+        if self._error is not None:
+            raise self._error
+        return self._response
+
+    def _run(self) -> Optional[Call]:
+        """Attempt 0, to the end of the call or of its own; the Call it was handed to, if it was."""
+        actions = self._machine.start(monotonic(), self._request)
+        if not _inline(actions, True):
+            with self._lock:
+                self._hand_over(actions, False)
+            return self._handed_over()
+        self._timer_at = _timer_at(actions, INF)
+        if actions and actions[0][0] == START:
+            start = actions[0]
+            if not self._first(start[1], start[2], start[3]):
+                return None
+            actions = actions[1:]
+        self._apply(actions, None)
+        attempt = self._attempt
+        if attempt is not None and attempt.polled:
+            try:
+                attempt.poll()
+            finally:
+                handed = self._handed
+                if handed is not None:
+                    handed._poll_done()
+        with self._lock:  # the end (or the hand-off) may be another thread's, and under way
+            while not self._ended and self._handed is None:
+                if self._changed is None:
+                    self._changed = Waiters(self._lock)
+                self._changed.wait()
+        return self._handed
+
+    def _handed_over(self) -> Call:
+        """(The thread that handed the call over, outside the lock.) The Call performs what the machine decided."""
+        handed = cast(Call, self._handed)
+        handed._drain()
+        if self._method.closed():
+            handed._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+        return handed
+
+    # -- the machine's actions, when they fit one attempt on this thread --------------------------------------
+
+    def _first(self, n: int, address: int, previous: int) -> bool:
+        """Make attempt 0; False if grpcio refused it (the call has then ended, or raises)."""
+        method = self._method
+        obs = self._obs
+        if obs is not None:
+            obs.flush()
+        token = None if obs is None else obs.enter_attempt(n)
+        try:
+            self._attempt = method.inner(address)(self._request, on_headers=self._on_headers, on_end=self._on_end,
+                                                  pollable=True, **self._kwargs(n, address, previous))
+        except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
+            self._refused(error)
+            return False
+        finally:
+            if obs is not None:
+                obs.leave_attempt(token)
+        return True
+
+    def _refused(self, error: Exception) -> None:
+        closed = self._method.closed()
+        if not closed:
+            log.error("grpc_retry could not start an attempt: %r", error)
+        self._local_details = CLOSED_DETAILS if closed else f"grpc_retry could not start an attempt: {error!r}"
+        with self._lock:
+            self._ending = True
+            actions = self._machine.cancel(_CANCELLED if closed else _INTERNAL, monotonic())
+        self._apply(actions, None)
+        if not closed:  # as grpcio, the call site raises what refused the call (metadata it cannot send)
+            raise error
+
+    def _apply(self, actions: List[Action], attempt: Any) -> None:
+        """Actions _inline() accepted, outside the lock (`attempt`: attempt 0, if it has ended)."""
+        if self._obs is not None:
+            self._obs.flush()
+        for action in actions:
+            kind = action[0]
+            if kind == TIMER:
+                self._arm(action[1])
+            elif kind == CANCEL:
+                if self._attempt is not None:
+                    self._attempt.cancel()
+            elif kind == DELIVER:
+                self._outcome(attempt, self._machine.previous(0), internals.sync_response(attempt))
+                self._done()
+            elif kind == END:
+                self._local(action[1], self._local_details)
+                self._done()
+
+    def _arm(self, at: float) -> None:
+        with self._lock:  # (under it: see Call._arm)
+            timer, self._timer = self._timer, None
+            if timer is not None:
+                timer.cancel()
+            if at != INF and at == self._timer_at and not self._ending and self._handed is None:
+                self._timer = TIMERS.schedule(at - monotonic(), self._due)
+
+    def _done(self) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+            self._ended = True
+            if self._changed is not None:
+                self._changed.notify_all()
+        if timer is not None:
+            timer.cancel()
+
+    # -- events: decided under the lock --------------------------------------------------------------------------
+
+    def _on_headers(self, attempt: Any) -> None:
+        """Attempt 0's headers (this thread polling it, or grpcio's spin thread): headers commit the call; empty
+        ones may be a Trailers-Only response, so only silence after them does (looked at by the timer and the
+        end: no timer of its own)."""
+        with self._lock:
+            handed = self._handed
+            if handed is None:
+                if self._ending:
+                    return
+                if not attempt.initial_metadata():
+                    self._silent = monotonic()
+                    return
+                machine = self._machine
+                decided = self._decided(machine.headers(0, monotonic()) if machine.winner != 0 else [], True)
+        if handed is not None:
+            handed._headers_came(0, attempt)
+        else:
+            self._after(decided, attempt)
+
+    def _on_end(self, attempt: Any) -> None:
+        """Attempt 0 ended: its response (or silence after empty headers) commits, then its status goes to the
+        machine."""
+        with self._lock:
+            handed = self._handed
+            if handed is None:
+                if self._ending:
+                    return
+                machine = self._machine
+                now = monotonic()
+                actions: List[Action] = []
+                if machine.winner != 0:
+                    if internals.sync_response(attempt) is not None:
+                        actions = machine.message(0, now)
+                    elif self._silent >= 0 and now - self._silent >= HEADERS_GRACE:
+                        actions = machine.headers(0, now)  # its silence lasted: it won before it ended
+                code, details, trailing, _, _ = internals.sync_status(attempt)
+                decided = self._decided(actions + machine.status(0, code.value[0], details, trailing, now, False),
+                                        False)
+        if handed is not None:
+            handed._headers_first_ended(0, attempt)
+        else:
+            self._after(decided, attempt)
+
+    def _due(self) -> None:
+        """The machine's timer (TIMERS' thread): a silence that lasted commits; else the next hedge is due (or the
+        deadline), which hands the call over."""
+        with self._lock:
+            now = monotonic()
+            if self._ending or self._handed is not None or self._timer_at == INF or now < self._timer_at:
+                return  # (a timer superseded as it fired)
+            self._timer = None
+            machine = self._machine
+            if self._silent >= 0 and now - self._silent >= HEADERS_GRACE and machine.winner != 0:
+                actions = machine.headers(0, now)
+            else:
+                self._timer_at = INF
+                actions = machine.timer(now)
+            decided = self._decided(actions, True)
+        self._after(decided, None)
+
+    def _after(self, decided: Optional[List[Action]], attempt: Any) -> None:
+        """(Outside the lock.) Perform what an event decided here, or, if it handed the call over, let the Call
+        perform it."""
+        if decided is None:
+            self._handed_over()
+        elif decided:
+            self._apply(decided, attempt)
+
+    def _decided(self, actions: List[Action], live: bool) -> Optional[List[Action]]:
+        """(Under the lock.) What the machine decided: the actions to perform here, or None when they need the
+        Call, to which the call is handed (`live`: attempt 0 is still out)."""
+        if not _inline(actions, False):
+            self._hand_over(actions, live)
+            return None
+        self._timer_at = _timer_at(actions, self._timer_at)
+        if actions and actions[-1][0] in (DELIVER, END):
+            self._ending = True
+        return actions
+
+    def _hand_over(self, actions: List[Action], live: bool) -> None:
+        """(Under the lock.) The call goes on as a Call, which takes the machine, attempt 0 (if `live`), the
+        timer armed and the silence noted, and performs `actions`; threads waiting here go on with it."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        attempt = self._attempt if live else None
+        silent = self._silent if live and self._machine.winner != 0 else -1.0
+        self._handed = Call.adopting(self, actions, attempt, self._timer_at, silent)
+        if self._changed is not None:
+            self._changed.notify_all()
+
+    def _interrupted(self) -> None:
+        """The caller's wait was interrupted (a signal's exception): the call ends CANCELLED (grpcio's blocking
+        call drops its own), and the exception goes on."""
+        with self._lock:
+            handed = self._handed
+            actions: List[Action] = []
+            if handed is None and not self._ending:
+                self._ending = True
+                actions = self._machine.cancel(_CANCELLED, monotonic())
+        if handed is not None:
+            handed._abandon()
+        else:
+            self._apply(actions, None)
+
+    # -- the channel's close ------------------------------------------------------------------------------------
+
+    def close_channel(self) -> None:
+        """Attempt 0 ends with its subchannel's close, as a blocking grpcio call does; a Call handed the call
+        is closed as the channel's other calls are."""
+        handed = self._handed
+        if handed is not None:
+            handed.close_channel()
+
+    def closed(self, timeout: float) -> None:
+        deadline = monotonic() + timeout
+        with self._lock:
+            while not self._ended and self._handed is None:
+                left = deadline - monotonic()
+                if left <= 0:
+                    return
+                if self._changed is None:
+                    self._changed = Waiters(self._lock)
+                self._changed.wait(left)
+            handed = self._handed
+        if handed is not None:
+            handed.closed(max(0.0, deadline - monotonic()))
+
+
+def _inline(actions: List[Action], starting: bool) -> bool:
+    """Whether one attempt on the caller's thread can perform `actions`: no attempt but the first, started with
+    the call; no wait for a subchannel."""
+    for index, action in enumerate(actions):
+        kind = action[0]
+        if kind == START:
+            if not starting or index != 0:
+                return False
+        elif kind == WAIT or kind == UNWAIT:
+            return False
+    return True
+
+
+def _timer_at(actions: List[Action], at: float) -> float:
+    """When the machine's timer is due after `actions` (`at` before them)."""
+    for action in actions:
+        if action[0] == TIMER:
+            at = action[1]
+    return at
