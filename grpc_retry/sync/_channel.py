@@ -50,15 +50,14 @@ class _MultiCallable(Method):
 
     def _call(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
               metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
-              compression: Compression, polled: bool = False) -> Call:
-        """The non-blocking call object (a future; for response streams, also the iterator). `polled`: a
-        blocking hedged unary call, whose caller waits in polled_result()."""
+              compression: Compression) -> Call:
+        """The non-blocking call object (a future; for response streams, also the iterator)."""
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         machine = self._machine(timeout, wait_for_ready, request_iterator is None)
         cls: Type[Call] = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
-                   wait_for_ready, compression, polled)
+                   wait_for_ready, compression)
 
     def _blocking(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
                   metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
@@ -70,17 +69,12 @@ class _MultiCallable(Method):
             machine = self._machine(timeout, wait_for_ready, True)
             return BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression,
                                 False).run(with_call)
-        if self.headers_first and not with_call:  # a hedged unary call: the first attempt on this thread
+        if self.headers_first:  # a hedged unary call: its first attempt on this thread, while it is the only one
             machine = self._machine(timeout, wait_for_ready, True)
             return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,
-                                      compression).run()
-        if self.headers_first:  # (with_call: the call object is the grpc.Call) the caller polls as it waits
-            call = self._call(request, None, timeout, metadata, credentials, wait_for_ready, compression, True)
-            response = call.polled_result()
-        else:
-            call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready,
-                              compression)
-            response = call.result()
+                                      compression).run(with_call)
+        call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+        response = call.result()
         return (response, call) if with_call else response
 
 

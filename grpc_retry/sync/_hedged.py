@@ -24,6 +24,7 @@ from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
+from grpc_retry.sync._status import FinishedCall
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action
@@ -37,24 +38,25 @@ class HedgedBlockingCall(_Attempts):
     """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
     the whole call handed to a Call."""
 
-    __slots__ = ("_lock", "_attempt", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended", "_changed",
-                 "_local_details")
+    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended",
+                 "_changed", "_local_details")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> None:
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
         self._lock = threading.Lock()
         self._attempt: Any = None           # attempt 0, once made
+        self._out = False                   # ... and not yet ended
         self._timer: Any = None             # the TIMERS handle of the machine's timer
         self._timer_at = INF                # when the machine's timer is due, as last decided
-        self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not)
+        self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not, or it ended)
         self._handed: Optional[Call] = None  # the Call that drives it now
         self._ending = False                # the machine has decided the end
         self._ended = False                 # ... and it is performed: the result is set
         self._changed: Optional[Waiters] = None  # threads waiting for the end or the hand-off
         self._local_details = CANCELLED_DETAILS
 
-    def run(self) -> Any:
+    def run(self, with_call: bool) -> Any:
         calls = self._method.calls
         calls.add(self)
         try:
@@ -65,10 +67,16 @@ class HedgedBlockingCall(_Attempts):
         finally:
             calls.discard(self)
         if handed is not None:
-            return handed.polled_result()
+            response = handed.polled_result()
+            return (response, handed) if with_call else response
         if self._error is not None:
             raise self._error
-        return self._response
+        if not with_call:
+            return self._response
+        final = self._final  # its attempt, or (after hedges) the attempt with its trailing metadata extended
+        if not isinstance(final, FinishedCall):
+            final = FinishedCall(final, final.trailing_metadata(), self._response, self._machine.deadline)
+        return self._response, final
 
     def _run(self) -> Optional[Call]:
         """Attempt 0, to the end of the call or of its own; the Call it was handed to, if it was."""
@@ -116,6 +124,7 @@ class HedgedBlockingCall(_Attempts):
         if obs is not None:
             obs.flush()
         token = None if obs is None else obs.enter_attempt(n)
+        self._out = True  # (before it is made: its end may be told on grpcio's thread before this one goes on)
         try:
             self._attempt = method.inner(address)(self._request, on_headers=self._on_headers, on_end=self._on_end,
                                                   pollable=True, **self._kwargs(n, address, previous))
@@ -201,6 +210,7 @@ class HedgedBlockingCall(_Attempts):
         with self._lock:
             handed = self._handed
             if handed is None:
+                silent, self._out, self._silent = self._silent, False, -1.0
                 if self._ending:
                     return
                 machine = self._machine
@@ -209,7 +219,7 @@ class HedgedBlockingCall(_Attempts):
                 if machine.winner != 0:
                     if internals.sync_response(attempt) is not None:
                         actions = machine.message(0, now)
-                    elif self._silent >= 0 and now - self._silent >= HEADERS_GRACE:
+                    elif silent >= 0 and now - silent >= HEADERS_GRACE:
                         actions = machine.headers(0, now)  # its silence lasted: it won before it ended
                 code, details, trailing, _, _ = internals.sync_status(attempt)
                 decided = self._decided(actions + machine.status(0, code.value[0], details, trailing, now, False),
@@ -233,7 +243,7 @@ class HedgedBlockingCall(_Attempts):
             else:
                 self._timer_at = INF
                 actions = machine.timer(now)
-            decided = self._decided(actions, True)
+            decided = self._decided(actions, self._out)
         self._after(decided, None)
 
     def _after(self, decided: Optional[List[Action]], attempt: Any) -> None:

@@ -1,9 +1,11 @@
 """The sync API's frozen results: a call's final non-OK status (what grpcio raises), and the grpc.Call of a
-successful call whose trailing metadata grpc_retry extended."""
+successful call that grpc_retry's own attempt shapes made, or whose trailing metadata it extended."""
 
 from __future__ import annotations
 
+import math
 import sys
+from time import monotonic
 from types import TracebackType
 from typing import Any, Callable, Optional, Tuple
 
@@ -83,11 +85,12 @@ class RpcError(grpc.RpcError, _Ended, grpc.Future):  # type: ignore[type-arg]
     __repr__ = __str__
 
 
-class FinishedCall(_Ended):
-    """The grpc.Call of a successful call whose trailing metadata grpc_retry extended."""
+class FinishedCall(_Ended, grpc.Future):  # type: ignore[type-arg]  # grpcio's Future is not generic
+    """The grpc.Call (and grpc.Future, as grpcio's) of a successful call: its winning attempt, with the trailing
+    metadata grpc_retry extended."""
 
-    def __init__(self, attempt: grpc.Call, trailing: Metadata) -> None:
-        self._attempt, self._trailing = attempt, trailing
+    def __init__(self, attempt: grpc.Call, trailing: Metadata, response: Any, deadline: float) -> None:
+        self._attempt, self._trailing, self._response, self._deadline = attempt, trailing, response, deadline
 
     def initial_metadata(self) -> Metadata:
         return self._attempt.initial_metadata()
@@ -100,6 +103,33 @@ class FinishedCall(_Ended):
 
     def details(self) -> str:
         return self._attempt.details()
+
+    def debug_error_string(self) -> Optional[str]:
+        return None
+
+    def time_remaining(self) -> Optional[float]:  # type: ignore[override]  # grpcio's is Optional
+        return None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        return self._response
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[Exception]:
+        return None
+
+    def traceback(self, timeout: Optional[float] = None) -> Optional[TracebackType]:
+        return None
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
 
 
 def local_error(code: grpc.StatusCode, details: str) -> RpcError:
