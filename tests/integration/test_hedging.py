@@ -348,6 +348,32 @@ def test_a_blocking_hedged_call_waits_on_its_own_attempt(backends, monkeypatch):
     assert backends[0].wait_ended(UNARY, before + 1)[-1].cancelled
 
 
+@pytest.mark.parametrize("with_call", [False, True])
+def test_a_blocking_hedged_call_hands_itself_over_when_it_needs_more_than_one_attempt(backends, with_call):
+    # A blocking hedged call runs inline on its caller's thread while it has one attempt out, and goes on as a
+    # non-blocking call when a hedge is due: with its first attempt still out (the hedging timer), ended with a
+    # Trailers-Only failure and the next hedge delayed by pushback (its empty headers must not be judged again
+    # later), or ended with a non-fatal status (the next hedge at once). Each ends with the hedge's answer.
+    def call(ch, request):
+        unary = ch.unary_unary(UNARY)
+        if not with_call:
+            return unary(request, timeout=10)
+        response, grpc_call = unary.with_call(request, timeout=10)
+        assert grpc_call.code() == OK and grpc_call.done() and grpc_call.result() == response
+        return response
+
+    for step, delay in ((Step(wait=0), "0.1s"), (pushback(100), "20s"), (fail(UNAVAILABLE), "20s")):
+        backends[0].script(UNARY, step)
+        ch = grpc_retry.insecure_channel(target(backends), options=hedging_options(delay=delay))
+        results: list = []
+        caller = threading.Thread(target=lambda r=results, c=ch: r.append(call(c, b"x")), daemon=True)
+        caller.start()
+        caller.join(5)  # (a call that never ends fails here, not at its deadline's mercy)
+        ch.close()
+        assert results == [b"x"]
+        assert backends[1].attempts_of(UNARY)[-1].previous == "1"
+
+
 def test_an_interrupted_blocking_hedged_call_leaves_nothing_behind(backends, monkeypatch):
     # A signal's exception in the caller, while it polls its attempt (grpcio checks for signals as it waits):
     # the exception goes on, the call and its attempt are cancelled, and the next call polls again.
