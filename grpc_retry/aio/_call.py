@@ -741,7 +741,13 @@ class _StreamRequest(_Call):
             raise asyncio.InvalidStateError(_FINISHED)
         if self._half_closed:
             raise asyncio.InvalidStateError(_HALF_CLOSED)
-        await self._until_writable()
+        try:
+            await self._until_writable()
+        except asyncio.CancelledError:
+            # As a write on grpc.aio (most of whose wait is the message's send): cancelling the task that writes
+            # cancels the call. (grpc.aio's shorter wait for its metadata does not; ours is the whole write.)
+            self.cancel()
+            raise
         self._queue(request)
 
     async def _until_writable(self) -> None:

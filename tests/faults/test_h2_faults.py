@@ -180,6 +180,28 @@ async def test_aio_a_write_waiting_for_its_stream_ends_with_the_cancelled_call(f
 
 
 @pytest.mark.parametrize("fault", [NO_STREAMS], indirect=True)
+@pytest.mark.parametrize("policy", ["none", "retry", "hedging"])
+async def test_aio_cancelling_the_task_that_writes_cancels_the_call(fault, policy):
+    """As awaiting the call or reading it: a task cancelled as it waits in write() cancels the RPC (the chaos
+    soak's cancel storm: a call ran on after the task awaiting it was cancelled)."""
+    import grpc_retry.aio
+
+    config = {"none": None, "retry": json.dumps(_method_config(retryPolicy=retry_policy())),
+              "hedging": json.dumps(_method_config(hedgingPolicy=HEDGING))}[policy]
+    async with grpc_retry.aio.insecure_channel(fault.target, options=[] if config is None else
+                                               [("grpc.service_config", config)]) as channel:
+        call = channel.stream_stream(BIDI)(timeout=30)
+        write = asyncio.ensure_future(call.write(b"a"))
+        done, _ = await asyncio.wait((write,), timeout=0.3)
+        assert not done, "the write went on before the attempt's metadata went out"
+        write.cancel()
+        await asyncio.wait((write,), timeout=2)
+        assert write.cancelled()
+        assert call.done() and call.cancelled(), "the call ran on after the task writing to it was cancelled"
+        assert await call.code() == grpc.StatusCode.CANCELLED
+
+
+@pytest.mark.parametrize("fault", [NO_STREAMS], indirect=True)
 async def test_aio_a_hedged_write_goes_out_with_the_first_hedge_that_can(fault, backend):
     """pick_first puts the first attempt on the peer that allows no stream; the hedge goes to the backend. The
     call's writes wait for the first hedge whose metadata has gone out, not for the first hedge."""
