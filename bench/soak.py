@@ -6,13 +6,15 @@ per client, so that what is left open on it is that client's). Four clients, eac
 all four addresses (round_robin) side by side for `--seconds`:
 plain grpc.aio, grpc_retry.aio, plain grpc (sync) and grpc_retry (sync), with the same service config (hedging
 for unary and bidi calls, retries for the others; grpcio ignores the hedging). Each makes unary, server-,
-client- and bidi-streaming calls, cancels some of them and gives a third of them a 5-200 ms deadline.
+client- and bidi-streaming calls, cancels some of them (asyncio: half of those by cancelling the task that awaits,
+reads or writes the call) and gives a third of them a 5-200 ms deadline.
 
 Per client it prints one JSON line: calls, success rate, status histogram; calls never ended, ended twice,
 ended later than their deadline + 1 s; attempts still running on a server (or a stream left open on the peer)
 after their call ended; threads, fds, tasks and live call objects before, at the end and 5 s later. With
 `--check` it exits 1 if a grpc_retry client has a call never ended, ended twice or late, a hung worker, an orphan
-attempt or a leak.
+attempt, a call that ran on after the task using it was cancelled, an error left to the event loop (a future's
+exception never retrieved), or a leak.
 
 With `--deploy` it runs a deployment soak instead: rolling deploys with surge behind a real DNS server on loopback,
 every client in a process of its own through the same `dns://` target; `--check` fails on any failed call of a
@@ -266,23 +268,53 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     before = _resources(len(asyncio.all_tasks()) - 1)
     channel = _make_channel(client, target)
     stop_at = time.monotonic() + seconds
+    loop = asyncio.get_running_loop()
+    unhandled = []  # errors reported to the loop: a future's exception never retrieved, a callback that raised
+
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        unhandled.append(context.get("message"))
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(on_error)
+
+    left_running = 0  # calls that ran on after the task awaiting, reading or writing them was cancelled
+
+    async def use(call: Any, kind: str, writes: Optional[List[bytes]]) -> None:
+        if writes is not None:  # a request stream written by this task, not read from an iterator
+            for message in writes:
+                await call.write(message)
+            await call.done_writing()
+        if kind.endswith("stream"):
+            async for _ in call:
+                pass
+        else:
+            await call
 
     async def worker(seed: int) -> None:
+        nonlocal left_running
         rng = random.Random(seed)
         while time.monotonic() < stop_at:
             call_id, kind, multicallable, request, timeout, cancel_after = _plan(rng, channel, ledger)
-            call = multicallable(request, timeout=timeout)
+            # Half the calls cancelled are cancelled through the task using them: that must cancel the RPC too.
+            cancel_task = cancel_after is not None and rng.random() < 0.5
+            writes = list(request) if cancel_task and kind.startswith("stream") else None
+            call = multicallable(None if writes is not None else request, timeout=timeout)
             call.add_done_callback(lambda c, i=call_id: ledger.ended(i, None))
             try:
-                if cancel_after is not None:
-                    await asyncio.sleep(cancel_after)
-                    call.cancel()
-                if kind.endswith("stream"):
-                    async for _ in call:
-                        pass
+                if cancel_task:
+                    user = asyncio.ensure_future(use(call, kind, writes))
+                    await asyncio.wait((user,), timeout=cancel_after)
+                    if user.cancel():
+                        await asyncio.wait((user,))
+                        if user.cancelled() and not call.done():
+                            left_running += 1
+                    await user
                 else:
-                    await call
-            except (grpc.RpcError, asyncio.CancelledError):
+                    if cancel_after is not None:
+                        await asyncio.sleep(cancel_after)
+                        call.cancel()
+                    await use(call, kind, None)
+            except (grpc.RpcError, asyncio.CancelledError, asyncio.InvalidStateError):
                 pass
             code = await call.code()
             with ledger.lock:
@@ -297,7 +329,9 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     await channel.close()
     await asyncio.sleep(5)
     later = _resources(len(asyncio.all_tasks()) - 1 - len(pending))
-    return {"hung_workers": hung, "before": before, "end": end, "later": later}
+    gc.collect()  # (a future's unretrieved exception is reported as it is collected)
+    return {"hung_workers": hung, "before": before, "end": end, "later": later,
+            "task_cancel_left_call_running": left_running, "loop_errors": len(unhandled)}
 
 
 def _sync_client(client: str, target: str, seconds: float, concurrency: int, ledger: Ledger) -> dict:
@@ -384,6 +418,8 @@ def _summary(client: str, outcome: dict, attempts: List[list], peer_open: int) -
     return {"client": client, "calls": len(calls), "success_rate": round(statuses["OK"] / max(1, len(calls)), 4),
             "statuses": dict(statuses.most_common()), "never_ended": never, "ended_twice": twice,
             "ended_late": late, "hung_workers": outcome["hung_workers"], "orphan_attempts": orphans,
+            "task_cancel_left_call_running": outcome.get("task_cancel_left_call_running", 0),
+            "loop_errors": outcome.get("loop_errors", 0),
             "peer_streams_left_open": peer_open, "leaks": leaks, "before": before, "end": outcome["end"],
             "later": later}
 
@@ -445,7 +481,7 @@ def main() -> int:
         if client.startswith("grpc_retry") and ("error" in summary or
                 summary["never_ended"] or summary["ended_twice"] or summary["ended_late"] or
                 summary["hung_workers"] or summary["orphan_attempts"] or summary["peer_streams_left_open"] or
-                summary["leaks"]):
+                summary["task_cancel_left_call_running"] or summary["loop_errors"] or summary["leaks"]):
             failed = True
     print(json.dumps({"seconds": args.seconds, "elapsed": round(time.monotonic() - started, 1),
                       "backend_kills": backends.kills, "defects": failed}))

@@ -283,6 +283,8 @@ class AioAttempt:
                 if not batch[1].done():
                     batch[1].remove_done_callback(self._headers_done if batch is self._first else self._end_done)
                     batch[1].cancel()
+                elif not batch[1].cancelled():
+                    batch[1].exception()  # failed as the call was cancelled, its callback not yet run: nothing to tell
                 batch[0].close()
         self._first = None
 
