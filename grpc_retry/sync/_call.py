@@ -88,7 +88,7 @@ class _Attempts(CallDriver):
                 return
         self._response = response
         self._final = call if trailing is None or previous == 0 else \
-            FinishedCall(call, trailing, response, self._machine.deadline)
+            FinishedCall(call, trailing, response)
 
     def _local(self, code: int, details: str) -> None:
         self._error = local_error(*local_status(code, details, self._method.subchannels))

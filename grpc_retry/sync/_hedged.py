@@ -68,15 +68,17 @@ class HedgedBlockingCall(_Attempts):
             calls.discard(self)
         if handed is not None:
             response = handed.polled_result()
-            return (response, handed) if with_call else response
-        if self._error is not None:
+        elif self._error is not None:
             raise self._error
+        else:
+            response = self._response
         if not with_call:
-            return self._response
-        final = self._final  # its attempt, or (after hedges) the attempt with its trailing metadata extended
+            return response
+        # As grpcio's with_call: an ended call (its winning attempt, its trailing metadata extended after hedges)
+        final = (self if handed is None else handed)._final
         if not isinstance(final, FinishedCall):
-            final = FinishedCall(final, final.trailing_metadata(), self._response, self._machine.deadline)
-        return self._response, final
+            final = FinishedCall(final, final.trailing_metadata(), response)
+        return response, final
 
     def _run(self) -> Optional[Call]:
         """Attempt 0, to the end of the call or of its own; the Call it was handed to, if it was."""

@@ -3,9 +3,7 @@ successful call that grpc_retry's own attempt shapes made, or whose trailing met
 
 from __future__ import annotations
 
-import math
 import sys
-from time import monotonic
 from types import TracebackType
 from typing import Any, Callable, Optional, Tuple
 
@@ -89,8 +87,8 @@ class FinishedCall(_Ended, grpc.Future):  # type: ignore[type-arg]  # grpcio's F
     """The grpc.Call (and grpc.Future, as grpcio's) of a successful call: its winning attempt, with the trailing
     metadata grpc_retry extended."""
 
-    def __init__(self, attempt: grpc.Call, trailing: Metadata, response: Any, deadline: float) -> None:
-        self._attempt, self._trailing, self._response, self._deadline = attempt, trailing, response, deadline
+    def __init__(self, attempt: grpc.Call, trailing: Metadata, response: Any) -> None:
+        self._attempt, self._trailing, self._response = attempt, trailing, response
 
     def initial_metadata(self) -> Metadata:
         return self._attempt.initial_metadata()
@@ -105,10 +103,7 @@ class FinishedCall(_Ended, grpc.Future):  # type: ignore[type-arg]  # grpcio's F
         return self._attempt.details()
 
     def debug_error_string(self) -> Optional[str]:
-        return None
-
-    def time_remaining(self) -> Optional[float]:  # type: ignore[override]  # grpcio's is Optional
-        return None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
+        return self._attempt.debug_error_string()  # type: ignore[no-any-return, attr-defined]  # each attempt's has it
 
     def cancelled(self) -> bool:
         return False

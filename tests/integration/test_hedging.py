@@ -360,6 +360,7 @@ def test_a_blocking_hedged_call_hands_itself_over_when_it_needs_more_than_one_at
             return unary(request, timeout=10)
         response, grpc_call = unary.with_call(request, timeout=10)
         assert grpc_call.code() == OK and grpc_call.done() and grpc_call.result() == response
+        assert grpc_call.time_remaining() is None and not grpc_call.is_active()  # as grpcio's with_call's call
         return response
 
     for step, delay in ((Step(wait=0), "0.1s"), (pushback(100), "20s"), (fail(UNAVAILABLE), "20s")):
