@@ -11,6 +11,9 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
 - `unary_otel` (with opentelemetry-sdk installed): the unary point with an OpenTelemetry SDK meter provider and
   tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
   them); the other points have telemetry off, as by default.
+- `unary_otel_own`: the unary point with providers that switch grpc_retry's telemetry on but hand out the API's
+  no-op meter and tracer; `own_share_us` is its CPU per call over the same channel's with telemetry off:
+  grpc_retry's own share of the cost of telemetry, without the SDK's.
 - `channel_first_call`: wall time to make a channel and have its first call answered, 1 and 300 addresses,
   grpc_retry's over grpcio's (medians of alternating tries).
 
@@ -123,6 +126,9 @@ def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> di
     """runs: "plain", "ours" and maybe "ours_one_address" (then `vs_one_address`: ours over it)."""
     samples = _alternate(runs, calls, rounds)
     result = summarize(samples["plain"], samples["ours"])
+    if "ours_telemetry_off" in samples:  # grpc_retry's own telemetry work: the same call, telemetry off
+        result["own_share_us"] = round(statistics.median(
+            o - b for o, b in zip(samples["ours"], samples["ours_telemetry_off"], strict=True)) * 1e6, 1)
     if "ours_one_address" in samples:
         result["vs_one_address"] = round(statistics.median(
             o / b for o, b in zip(samples["ours"], samples["ours_one_address"], strict=True)), 3)
@@ -163,7 +169,31 @@ def _points(port: int) -> Dict[str, dict]:
     otel = otel_options()
     if otel:
         points["unary_otel"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, otel)}
+    own = otel_own_options()
+    if own:
+        points["unary_otel_own"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []),
+                                    "ours": (one, RETRY_CONFIG, own), "ours_telemetry_off": (one, RETRY_CONFIG, [])}
     return points
+
+
+def otel_own_options() -> list:
+    """Providers that turn grpc_retry's metrics and spans on (they are not OpenTelemetry's no-op ones, which
+    turn them off) but hand out the API's no-op meter and tracer: what is left is grpc_retry's own work per call,
+    plus the API's no-op calls ([] without opentelemetry-api)."""
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError:
+        return []
+
+    class Meters(metrics.MeterProvider):
+        def get_meter(self, name, *args, **kwargs):
+            return metrics.NoOpMeter(name)
+
+    class Tracers(trace.TracerProvider):
+        def get_tracer(self, *args, **kwargs):
+            return trace.NoOpTracer()
+
+    return [("grpc_retry.meter_provider", Meters()), ("grpc_retry.tracer_provider", Tracers())]
 
 
 # -- asyncio ----------------------------------------------------------------------------------------------------

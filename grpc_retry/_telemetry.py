@@ -206,7 +206,8 @@ def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any =
 class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
-    __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_context_api")
+    __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_context_api",
+                 "_propagate", "_methods")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -217,6 +218,9 @@ class Telemetry:
         self.tracer: Any = None
         self._trace_api: Any = None
         self._context_api: Any = None
+        self._propagate: Any = None
+        # method -> its span name, span attributes and metric labels, made once (each call would make them anew)
+        self._methods: Dict[str, Tuple[str, Dict[str, str], Dict[str, str]]] = {}
         try:
             import opentelemetry.context as context
             import opentelemetry.metrics as metrics
@@ -233,7 +237,21 @@ class Telemetry:
             tracer_provider = trace.get_tracer_provider()
         if spans_on and _provider_set(tracer_provider):
             self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
-            self._trace_api, self._context_api = trace, context
+            from opentelemetry import propagate
+
+            self._trace_api, self._context_api, self._propagate = trace, context, propagate
+
+    def method(self, method: str) -> Tuple[str, Dict[str, str], Dict[str, str]]:
+        """A method's span name, span attributes and metric labels (not to be changed: shared by its calls)."""
+        known = self._methods.get(method)
+        if known is None:
+            name = method.lstrip("/")
+            service, _, short = name.partition("/")
+            known = (name, {"rpc.system": "grpc", "rpc.service": service, "rpc.method": short,
+                            "grpc.target": self.target}, {"grpc.method": name, "grpc.target": self.target})
+            if len(self._methods) < 1024:  # (a generic client may name methods without end)
+                self._methods[method] = known
+        return known
 
     def observe(self, method: str, machine: CallMachine, addresses: List[str]) -> Optional[CallTelemetry]:
         """The telemetry of a call starting now, or None when nothing would be exported."""
@@ -262,11 +280,9 @@ class CallTelemetry:
         self._span: Any = None
         self._attempt_spans: Dict[int, Any] = {}
         if channel.tracer is not None:
-            service, _, name = method.lstrip("/").partition("/")
-            self._span = channel.tracer.start_span(
-                method.lstrip("/"), kind=channel._trace_api.SpanKind.CLIENT,
-                attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
-                            "grpc.target": channel.target})
+            name, attributes, _ = channel.method(method)
+            self._span = channel.tracer.start_span(name, kind=channel._trace_api.SpanKind.CLIENT,
+                                                   attributes=attributes)
 
     # -- the attempts' context ---------------------------------------------------------------------------
 
@@ -288,10 +304,9 @@ class CallTelemetry:
         span = self._attempt_spans.get(n)
         if span is None:
             return ()
-        from opentelemetry import propagate
-
         carrier: Dict[str, str] = {}
-        propagate.inject(carrier, context=self._channel._trace_api.set_span_in_context(span))
+        api = self._channel
+        api._propagate.inject(carrier, context=api._trace_api.set_span_in_context(span))
         return tuple(carrier.items())
 
     # -- notes ---------------------------------------------------------------------------------------------
@@ -410,7 +425,7 @@ class CallTelemetry:
                       machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
         metrics = self._channel.metrics
         if metrics is not None:
-            labels = {"grpc.method": self._method.lstrip("/"), "grpc.target": self._channel.target}
+            labels = self._channel.method(self._method)[2]
             if retries:
                 metrics.retries.record(retries, labels)
             if hedges:

@@ -87,8 +87,7 @@ class _Attempts(CallDriver):
                 self._error = local_error(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
                 return
         self._response = response
-        self._final = call if trailing is None or previous == 0 else \
-            FinishedCall(call, trailing, response)
+        self._final = call if trailing is None or previous == 0 else FinishedCall(call, trailing, response)
 
     def _local(self, code: int, details: str) -> None:
         self._error = local_error(*local_status(code, details, self._method.subchannels))
