@@ -268,14 +268,13 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     before = _resources(len(asyncio.all_tasks()) - 1)
     channel = _make_channel(client, target)
     stop_at = time.monotonic() + seconds
-    loop = asyncio.get_running_loop()
     unhandled = []  # errors reported to the loop: a future's exception never retrieved, a callback that raised
 
     def on_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         unhandled.append(context.get("message"))
         loop.default_exception_handler(context)
 
-    loop.set_exception_handler(on_error)
+    asyncio.get_running_loop().set_exception_handler(on_error)
 
     left_running = 0  # calls that ran on after the task awaiting, reading or writing them was cancelled
 

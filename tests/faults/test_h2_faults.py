@@ -145,6 +145,14 @@ def _method_config(**policy) -> dict:
     return {"methodConfig": [{"name": [{"service": ECHO_SERVICE}], **policy}]}
 
 
+def _policy_options(policy: str) -> list:
+    """Channel options with no policy, a retry policy or a hedging policy."""
+    if policy == "none":
+        return []
+    config = _method_config(retryPolicy=retry_policy()) if policy == "retry" else _method_config(hedgingPolicy=HEDGING)
+    return [("grpc.service_config", json.dumps(config))]
+
+
 async def _call_tasks() -> set:
     """Tasks but this one and the channel's own (its connectivity watch)."""
     return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()
@@ -159,10 +167,7 @@ async def test_aio_a_write_waiting_for_its_stream_ends_with_the_cancelled_call(f
     its call never learns that its metadata will not go out.)"""
     import grpc_retry.aio
 
-    config = {"none": None, "retry": json.dumps(_method_config(retryPolicy=retry_policy())),
-              "hedging": json.dumps(_method_config(hedgingPolicy=HEDGING))}[policy]
-    async with grpc_retry.aio.insecure_channel(fault.target, options=[] if config is None else
-                                               [("grpc.service_config", config)]) as channel:
+    async with grpc_retry.aio.insecure_channel(fault.target, options=_policy_options(policy)) as channel:
         before = await _call_tasks()
         call = channel.stream_stream(BIDI)(timeout=30)
         write = asyncio.ensure_future(call.write(b"a"))
@@ -186,10 +191,7 @@ async def test_aio_cancelling_the_task_that_writes_cancels_the_call(fault, polic
     soak's cancel storm: a call ran on after the task awaiting it was cancelled)."""
     import grpc_retry.aio
 
-    config = {"none": None, "retry": json.dumps(_method_config(retryPolicy=retry_policy())),
-              "hedging": json.dumps(_method_config(hedgingPolicy=HEDGING))}[policy]
-    async with grpc_retry.aio.insecure_channel(fault.target, options=[] if config is None else
-                                               [("grpc.service_config", config)]) as channel:
+    async with grpc_retry.aio.insecure_channel(fault.target, options=_policy_options(policy)) as channel:
         call = channel.stream_stream(BIDI)(timeout=30)
         write = asyncio.ensure_future(call.write(b"a"))
         done, _ = await asyncio.wait((write,), timeout=0.3)
