@@ -4,6 +4,8 @@ numbers of calls in flight.
 
 Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
 - `unary`, `server_stream` (5 messages): a retry policy, one address;
+- `unary_named`: the unary point through a name (localhost): a name's subchannels are watched more closely
+  (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
   same config (grpcio ignores hedgingPolicy);
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
@@ -158,10 +160,12 @@ def otel_options() -> list:
 def _points(port: int) -> Dict[str, dict]:
     """Each point: its method kind, and the channels (target, config, extra options of ours) of each run."""
     one, many = f"127.0.0.1:{port}", many_addresses(port)
+    named = f"localhost:{port}"
     points = {
         "unary": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "server_stream": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
+        "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
                       "ours": (many, round_robin(RETRY_CONFIG), []),
                       "ours_one_address": (one, round_robin(RETRY_CONFIG), [])},

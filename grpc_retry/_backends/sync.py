@@ -7,7 +7,9 @@ subchannel's state with the non-blocking check (0.3 µs each), as often as its s
 connecting, or that an attempt was just sent to while not READY, every 5 ms; one that is down, every 250 ms; a
 READY or unused one every 2 s (at 1 s, 600 subchannels would cost 0.1% of a core) — and at once when something
 tells it to look (an attempt sent to it, a kick). A READY subchannel whose connection is lost is seen within 2 s;
-an attempt sent to it meanwhile reconnects it, as on a grpcio channel.
+an attempt sent to it meanwhile reconnects it, as on a grpcio channel. Under calls, that reconnection leaves the
+loss in view for well under a millisecond (IDLE until the next call, CONNECTING for a loopback handshake): only
+attempts see it, each reading its subchannel's state as it is sent (see ATTEMPT_READ_EVERY).
 While some subchannel is connecting or down, the poller waits for its next sweep inside a short grpcio watch (at
 most 50 ms), which polls grpcio: older grpcio (1.70) makes a sync connection progress only while a thread does.
 While every subchannel is READY or unused, it never enters grpcio but for the non-blocking checks, so grpcio's
@@ -34,7 +36,11 @@ FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
 DRIVE = 0.05  # the longest the poller waits inside a grpcio watch (a poke waits at most this long)
 # Attempts read their subchannel's state at most this often: a read takes the grpcio channel's lock, which each of
-# its own calls takes too (read on every attempt, it cost sync calls at 16 in flight ~8% of their CPU).
+# its own calls takes too (read on every attempt, it costs sync calls at 16 in flight ~4% of their CPU). Only for
+# addresses given as such: there a missed loss costs nothing (the next call reconnects). A name's subchannels are
+# read by every attempt, for a lost connection is when the name is looked up again (a pod's max_connection_age,
+# the usual way to have clients find new pods): calls come in bursts, and on grpcio 1.70 a connection's GOAWAY is
+# read by a call's own polling, so the attempt right after the one that saw READY is the one that sees the loss.
 ATTEMPT_READ_EVERY = 0.001
 
 
@@ -295,12 +301,15 @@ def _stop_watches(watches: Dict[int, _HealthWatch]) -> None:
 
 
 class SyncSubchannels(Subchannels):
+    _read_every = ATTEMPT_READ_EVERY  # a name's: 0 (set once the target is known)
+
     def __init__(self, *args: Any) -> None:
         self._entries: List[Optional[_Entry]] = []
         self._health_watches: Dict[int, _HealthWatch] = {}
         weakref.finalize(self, _stop_watches, self._health_watches)
         self._retired: List[_Entry] = []
         super().__init__(*args)
+        self._read_every = ATTEMPT_READ_EVERY if self._lookup is None else 0.0
 
     @property
     def eager(self) -> bool:
@@ -345,7 +354,7 @@ class SyncSubchannels(Subchannels):
         if entry is not None and now >= entry.read_after:
             # Under load a lost connection is IDLE only until the next attempt reconnects it: too briefly for the
             # poller, but seen here. The poller reports it (never this caller's thread).
-            entry.read_after = now + ATTEMPT_READ_EVERY
+            entry.read_after = now + self._read_every
             try:
                 state = entry.read(False)
             except ValueError:  # closed meanwhile: the attempt will say so
