@@ -60,6 +60,7 @@ class Settings:
     gap: float = 3.0                        # restart: seconds down; rolling: between two pods
     surge: float = 2.0                      # rolling: seconds a new pod is in DNS before its old one leaves
     rounds: int = 1                         # rolling: how many times the whole fleet is replaced
+    max_age: float = 3.0                    # scale_up_age: the pods' max_connection_age, seconds
 
     def options(self, kind: str) -> List[Any]:
         options: List[Any] = [("grpc.service_config", SERVICE_CONFIG)]
@@ -169,7 +170,7 @@ def _start_client(kind: str, target: str, options: List[Any], seconds: float) ->
 def run(scenario: str, kinds: Sequence[str], settings: Settings) -> List[Result]:
     """Run `scenario` with one client process per kind, side by side; their results."""
     dns = None if scenario == "restart" else DnsServer()
-    fleet = Fleet(dns, max_age=3.0 if scenario == "scale_up_age" else None)
+    fleet = Fleet(dns, max_age=settings.max_age if scenario == "scale_up_age" else None)
     events: Dict[str, float] = {}
     try:
         initial = [0, 1] if scenario.startswith("scale_up") else [0, 1, 2]
