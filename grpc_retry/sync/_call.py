@@ -36,6 +36,8 @@ from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
 
+INTERNAL_DETAILS = "grpc_retry internal error"
+
 _OK = grpc.StatusCode.OK
 _EOF = object()
 _HALF_CLOSE = object()
@@ -309,7 +311,13 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         with self._lock:
             if self._ending or n >= 0 and n not in self._live:
                 return
-            self._note(decide())
+            try:
+                decided = decide()
+            except Exception:  # a bug (the event runs on a timer's or grpcio's thread): end the call, not leave it
+                log.exception("grpc_retry: the call's machine failed")
+                self._local_details = INTERNAL_DETAILS
+                decided = [(CANCEL, k) for k in sorted(self._live)] + [(END, grpc.StatusCode.INTERNAL.value[0])]
+            self._note(decided)
             if not self._claim_drain():
                 return
             actions = list(self._queue)  # (taken here: one lock round less per event)
@@ -362,7 +370,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     self._perform(action)
                 except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
                     log.exception("grpc_retry could not perform %r", action)
-                    self._fail(grpc.StatusCode.INTERNAL, "grpc_retry internal error")
+                    self._fail(grpc.StatusCode.INTERNAL, INTERNAL_DETAILS)
             actions = None
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------

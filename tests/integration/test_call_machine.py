@@ -190,3 +190,38 @@ def test_both_apis_make_the_same_attempts(scenario):
     sync = _attempt_sequence("sync", scenario)
     assert aio[0] == scenario.code
     assert aio == sync
+
+
+# -- a call ends even when its machine fails ----------------------------------------------------------------------
+
+
+class _FailingTimer:
+    """A call's machine whose timer event raises (a bug), otherwise itself."""
+
+    def __init__(self, machine) -> None:
+        self._machine = machine
+
+    def __getattr__(self, name):
+        return getattr(self._machine, name)
+
+    def timer(self, now):
+        raise RuntimeError("a bug in the call machine")
+
+
+def test_a_sync_call_whose_machine_fails_on_a_timer_thread_ends_internal(backends, caplog):
+    """The backoff timer fires on the timer thread, where an exception would only be logged: the call ends
+    INTERNAL instead of never, and its channel goes on serving."""
+    backends[0].script(UNARY, fail(UNAVAILABLE))
+    import grpc_retry
+
+    with grpc_retry.insecure_channel(backends[0].target,
+                                     options=[("grpc.service_config", retry_config(backoff="0.3s"))]) as channel:
+        method = channel.unary_unary(UNARY)
+        future = method.future(b"x", timeout=10)
+        future._machine = _FailingTimer(future._machine)  # before its backoff ends
+        with pytest.raises(grpc.RpcError) as raised:
+            future.result(timeout=5)
+        assert raised.value.code() == grpc.StatusCode.INTERNAL
+        assert raised.value.details() == "grpc_retry internal error"
+        assert "the call's machine failed" in caplog.text
+        assert method(b"y", timeout=5) == b"y"
