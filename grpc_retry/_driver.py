@@ -4,11 +4,11 @@ statuses grpc_retry ends a call with. A driver subclasses CallDriver and supplie
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple
 
 import grpc
 
-from grpc_retry._core import CANCEL, COMMIT, DELIVER, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE, CallMachine
+from grpc_retry._core import CANCEL, COMMIT, DELIVER, END, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE, CallMachine
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
@@ -21,6 +21,7 @@ PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
 CANCELLED_DETAILS = "Locally cancelled by application!"
 DEADLINE_DETAILS = "Deadline Exceeded"
 CLOSED_DETAILS = "Channel closed!"
+INTERNAL_DETAILS = "grpc_retry internal error"
 INF = float("inf")
 
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -31,6 +32,14 @@ MetadataPairs = Tuple[Tuple[str, Any], ...]
 def attempt_metadata(metadata: MetadataPairs, previous: int) -> MetadataPairs:
     """The metadata of an attempt with `previous` counted attempts before it (A6 "Exposed Retry Metadata")."""
     return metadata if previous == 0 else metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
+
+
+def broken(live: Iterable[int]) -> List[Action]:
+    """(In an exception handler.) What ends a call whose machine failed deciding an event (a bug), on a thread or
+    loop callback where the exception would only be logged: its live attempts cancelled, the call ended
+    INTERNAL (the driver's local details: INTERNAL_DETAILS)."""
+    log.exception("grpc_retry: the call's machine failed")
+    return [(CANCEL, n) for n in sorted(live)] + [(END, grpc.StatusCode.INTERNAL.value[0])]
 
 
 def trailing_with_attempts(trailing: Optional[Sequence[Tuple[str, Any]]], previous: int) -> MetadataPairs:

@@ -210,7 +210,11 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _on_timer(self) -> None:
         self._timer = None
         if not self._done:
-            self._act(self._machine.timer(monotonic()))
+            try:
+                actions = self._machine.timer(monotonic())
+            except Exception:  # a bug, on a loop callback: end the call rather than leave it
+                actions = self._broken()
+            self._act(actions)
 
     def _wait(self, generation: int) -> None:
         loop = self._loop
@@ -225,7 +229,16 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _on_change(self, listener: Any) -> None:
         if self._listener is listener and not self._done:
             self._listener = None
-            self._act(self._machine.subchannels_changed(monotonic()))
+            try:
+                actions = self._machine.subchannels_changed(monotonic())
+            except Exception:  # as in _on_timer
+                actions = self._broken()
+            self._act(actions)
+
+    def _broken(self) -> List[Any]:
+        """(In an exception handler.) The machine failed deciding an event: what ends the call INTERNAL."""
+        self._local_details = driver.INTERNAL_DETAILS
+        return driver.broken(self._attempts)
 
     def _unwait(self) -> None:
         listener, self._listener = self._listener, None
@@ -270,11 +283,15 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             return
         self._last = attempt
         code = status.code()
-        if code == 0:
-            self._act(self._machine.status(n, 0, None, None, monotonic()))
-        else:
-            self._act(self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
-                                           got_headers))
+        try:
+            if code == 0:
+                actions = self._machine.status(n, 0, None, None, monotonic())
+            else:
+                actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
+                                               got_headers)
+        except Exception:  # as in _on_timer (an attempt's end comes on a loop callback)
+            actions = self._broken()
+        self._act(actions)
         self._wake_readers()
 
     async def _first_answer(self, n: int, attempt: Any) -> None:

@@ -29,14 +29,13 @@ from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, C
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
 
+from grpc_retry import _driver as driver
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
-
-INTERNAL_DETAILS = "grpc_retry internal error"
 
 _OK = grpc.StatusCode.OK
 _EOF = object()
@@ -314,9 +313,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             try:
                 decided = decide()
             except Exception:  # a bug (the event runs on a timer's or grpcio's thread): end the call, not leave it
-                log.exception("grpc_retry: the call's machine failed")
-                self._local_details = INTERNAL_DETAILS
-                decided = [(CANCEL, k) for k in sorted(self._live)] + [(END, grpc.StatusCode.INTERNAL.value[0])]
+                self._local_details = driver.INTERNAL_DETAILS
+                decided = driver.broken(self._live)
             self._note(decided)
             if not self._claim_drain():
                 return
@@ -370,7 +368,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     self._perform(action)
                 except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
                     log.exception("grpc_retry could not perform %r", action)
-                    self._fail(grpc.StatusCode.INTERNAL, INTERNAL_DETAILS)
+                    self._fail(grpc.StatusCode.INTERNAL, driver.INTERNAL_DETAILS)
             actions = None
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------

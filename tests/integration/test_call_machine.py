@@ -208,20 +208,19 @@ class _FailingTimer:
         raise RuntimeError("a bug in the call machine")
 
 
-def test_a_sync_call_whose_machine_fails_on_a_timer_thread_ends_internal(backends, caplog):
-    """The backoff timer fires on the timer thread, where an exception would only be logged: the call ends
-    INTERNAL instead of never, and its channel goes on serving."""
+def test_a_call_whose_machine_fails_on_its_timer_ends_internal(client, backends, caplog):
+    """The backoff timer fires on the timer thread (sync) or as a loop callback (asyncio), where an exception
+    would only be logged: the call ends INTERNAL instead of never, and its channel goes on serving."""
     backends[0].script(UNARY, fail(UNAVAILABLE))
-    import grpc_retry
-
-    with grpc_retry.insecure_channel(backends[0].target,
-                                     options=[("grpc.service_config", retry_config(backoff="0.3s"))]) as channel:
-        method = channel.unary_unary(UNARY)
-        future = method.future(b"x", timeout=10)
-        future._machine = _FailingTimer(future._machine)  # before its backoff ends
-        with pytest.raises(grpc.RpcError) as raised:
-            future.result(timeout=5)
-        assert raised.value.code() == grpc.StatusCode.INTERNAL
-        assert raised.value.details() == "grpc_retry internal error"
-        assert "the call's machine failed" in caplog.text
-        assert method(b"y", timeout=5) == b"y"
+    ch = client.channel(backends[0].target, [("grpc.service_config", retry_config(backoff="0.3s"))])
+    call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
+    call._machine = _FailingTimer(call._machine)  # before its backoff ends
+    assert finish(client, ch, "unary", call) == grpc.StatusCode.INTERNAL
+    if client.api == "aio":
+        async def details():
+            return await call.details()
+        assert ch.run(details()) == "grpc_retry internal error"
+    else:
+        assert call.details() == "grpc_retry internal error"
+    assert "the call's machine failed" in caplog.text
+    assert ch.unary(UNARY, b"y", timeout=5).response == b"y"
