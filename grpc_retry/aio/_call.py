@@ -167,7 +167,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         except (asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
             return  # the attempt ended: its status decides what happens next
         if sent and self._attempts.get(n) is attempt:
-            self._act(self._machine.wrote(n, monotonic()))
+            self._decide(self._machine.wrote, n, monotonic())
 
     def _half_close(self, n: int) -> None:
         self._writing(n, internals.aio_half_close(self._attempts[n]))
@@ -210,11 +210,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _on_timer(self) -> None:
         self._timer = None
         if not self._done:
-            try:
-                actions = self._machine.timer(monotonic())
-            except Exception:  # a bug, on a loop callback: end the call rather than leave it
-                actions = self._broken()
-            self._act(actions)
+            self._decide(self._machine.timer, monotonic())
 
     def _wait(self, generation: int) -> None:
         loop = self._loop
@@ -229,11 +225,16 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _on_change(self, listener: Any) -> None:
         if self._listener is listener and not self._done:
             self._listener = None
-            try:
-                actions = self._machine.subchannels_changed(monotonic())
-            except Exception:  # as in _on_timer
-                actions = self._broken()
-            self._act(actions)
+            self._decide(self._machine.subchannels_changed, monotonic())
+
+    def _decide(self, event: Callable[..., List[Any]], *args: Any) -> None:
+        """Feed the machine an event that comes on a loop callback or a task of the call's, and act on it. If
+        the machine fails (a bug), the call ends INTERNAL: asyncio would only log the error and leave it."""
+        try:
+            actions = event(*args)
+        except Exception:
+            actions = self._broken()
+        self._act(actions)
 
     def _broken(self) -> List[Any]:
         """(In an exception handler.) The machine failed deciding an event: what ends the call INTERNAL."""
@@ -289,7 +290,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
                                                got_headers)
-        except Exception:  # as in _on_timer (an attempt's end comes on a loop callback)
+        except Exception:  # as in _decide (inline: every call comes here)
             actions = self._broken()
         self._act(actions)
         self._wake_readers()
@@ -302,7 +303,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         if attempt.done() or self._attempts.get(n) is not attempt or self._winner == n:
             return  # ended, cancelled, or already the call's (overflow): the application reads it
         if metadata:
-            self._act(self._machine.headers(n, monotonic()))
+            self._decide(self._machine.headers, n, monotonic())
             return
         # Empty headers: real ones, or a Trailers-Only response whose status is a loop turn behind. Read ahead
         # (readers of n wait meanwhile): a message commits, the end does not, silence after the headers does.
@@ -323,13 +324,13 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             self._wake_readers()
         if message is not _EOF and self._attempts.get(n) is attempt:
             if self._winner != n:
-                self._act(self._machine.message(n, monotonic()))
+                self._decide(self._machine.message, n, monotonic())
             if self._winner == n:
                 self._peek = message
 
     def _silence(self, n: int, attempt: Any) -> None:
         if self._attempts.get(n) is attempt and self._winner != n and not self._done:
-            self._act(self._machine.headers(n, monotonic()))
+            self._decide(self._machine.headers, n, monotonic())
 
     async def _watch(self, n: int, attempt: Any) -> None:
         """A hedge: report its first answer, which commits the call, then (a unary response) read the winner's
@@ -350,7 +351,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         if self._attempts.get(n) is not attempt or self._winner == n:
             return
         if internals.aio_initial_metadata(attempt):
-            self._act(self._machine.headers(n, monotonic()))
+            self._decide(self._machine.headers, n, monotonic())
         else:
             cast("Dict[int, Any]", self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
 
@@ -364,7 +365,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             return
         if response is not _EOF:
             if self._winner != n:
-                self._act(self._machine.message(n, monotonic()))
+                self._decide(self._machine.message, n, monotonic())
             if self._winner == n:
                 self._response = response
         self._ended(n, attempt, False)
@@ -386,7 +387,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         if self._done:
             return False
         self._local_details = details
-        self._act(self._machine.cancel(code, monotonic()))
+        self._decide(self._machine.cancel, code, monotonic())
         return True
 
     def _finish(self, code: grpc.StatusCode, details: Optional[str], initial: Tuple[Any, ...],
@@ -641,7 +642,7 @@ class _StreamResponse(_Call):
                 message = await _read(attempt) if peek is None else peek
                 if message is not _EOF:
                     if self._winner != n and self._attempts.get(n) is attempt:
-                        self._act(self._machine.message(n, monotonic()))
+                        self._decide(self._machine.message, n, monotonic())
                     break
                 if self._attempts.get(n) is attempt:
                     await self._next_change()  # it ended: its status is on its way to the machine

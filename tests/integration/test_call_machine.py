@@ -5,6 +5,7 @@ the same scenario seen through both APIs makes the servers see the same attempts
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
@@ -195,26 +196,37 @@ def test_both_apis_make_the_same_attempts(scenario):
 # -- a call ends even when its machine fails ----------------------------------------------------------------------
 
 
-class _FailingTimer:
-    """A call's machine whose timer event raises (a bug), otherwise itself."""
+class _Failing:
+    """A call's machine whose given events raise (a bug), otherwise itself."""
 
-    def __init__(self, machine) -> None:
+    def __init__(self, machine, *events: str) -> None:
         self._machine = machine
+        self._events = events
 
     def __getattr__(self, name):
+        if name in self._events:
+            def fail(*args):
+                raise RuntimeError("a bug in the call machine")
+            return fail
         return getattr(self._machine, name)
 
-    def timer(self, now):
-        raise RuntimeError("a bug in the call machine")
 
-
-def test_a_call_whose_machine_fails_on_its_timer_ends_internal(client, backends, caplog):
-    """The backoff timer fires on the timer thread (sync) or as a loop callback (asyncio), where an exception
+@pytest.mark.parametrize("event", ["backoff timer", "hedge's answer"])
+def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends, caplog, event):
+    """Events that come on the timer thread or grpcio's (sync), or as loop callbacks (asyncio), where an exception
     would only be logged: the call ends INTERNAL instead of never, and its channel goes on serving."""
-    backends[0].script(UNARY, fail(UNAVAILABLE))
-    ch = client.channel(backends[0].target, [("grpc.service_config", retry_config(backoff="0.3s"))])
+    if event == "backoff timer":
+        backends[0].script(UNARY, fail(UNAVAILABLE))
+        config, failing = retry_config(backoff="0.3s"), ("timer",)
+    else:  # the answer (headers, message) of a hedged call's first attempt, held until the machine is swapped
+        answer = threading.Event()
+        backends[0].script(UNARY, Step(gate=answer))
+        config, failing = hedging_config(delay="5s"), ("headers", "message")
+    ch = client.channel(backends[0].target, [("grpc.service_config", config)])
     call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
-    call._machine = _FailingTimer(call._machine)  # before its backoff ends
+    call._machine = _Failing(call._machine, *failing)  # before the event
+    if event != "backoff timer":
+        answer.set()
     assert finish(client, ch, "unary", call) == grpc.StatusCode.INTERNAL
     if client.api == "aio":
         async def details():
