@@ -73,6 +73,8 @@ LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0
 COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
+# A method's span name, span attributes, metric labels, and its duration's labels per status code
+_MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
 
 
 def trace_from_environment() -> None:
@@ -206,8 +208,8 @@ def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any =
 class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
-    __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_context_api",
-                 "_propagate", "_methods")
+    __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
+                 "_methods")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -217,12 +219,11 @@ class Telemetry:
         self.meter_provider: Any = None  # set when metrics are on
         self.tracer: Any = None
         self._trace_api: Any = None
-        self._context_api: Any = None
         self._propagate: Any = None
-        # method -> its span name, span attributes and metric labels, made once (each call would make them anew)
-        self._methods: Dict[str, Tuple[str, Dict[str, str], Dict[str, str]]] = {}
+        # method -> its span name, span attributes, metric labels and (per status code, filled as they come) the
+        # duration's labels, made once (each call would make them anew)
+        self._methods: Dict[str, _MethodLabels] = {}
         try:
-            import opentelemetry.context as context
             import opentelemetry.metrics as metrics
             import opentelemetry.trace as trace
         except ImportError:
@@ -239,16 +240,17 @@ class Telemetry:
             self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
             from opentelemetry import propagate
 
-            self._trace_api, self._context_api, self._propagate = trace, context, propagate
+            self._trace_api, self._propagate = trace, propagate
 
-    def method(self, method: str) -> Tuple[str, Dict[str, str], Dict[str, str]]:
-        """A method's span name, span attributes and metric labels (not to be changed: shared by its calls)."""
+    def method(self, method: str) -> _MethodLabels:
+        """A method's span name, span attributes, metric labels and duration labels per status code (not to be
+        changed: shared by its calls)."""
         known = self._methods.get(method)
         if known is None:
             name = method.lstrip("/")
             service, _, short = name.partition("/")
             known = (name, {"rpc.system": "grpc", "rpc.service": service, "rpc.method": short,
-                            "grpc.target": self.target}, {"grpc.method": name, "grpc.target": self.target})
+                            "grpc.target": self.target}, {"grpc.method": name, "grpc.target": self.target}, {})
             if len(self._methods) < 1024:  # (a generic client may name methods without end)
                 self._methods[method] = known
         return known
@@ -280,24 +282,9 @@ class CallTelemetry:
         self._span: Any = None
         self._attempt_spans: Dict[int, Any] = {}
         if channel.tracer is not None:
-            name, attributes, _ = channel.method(method)
+            name, attributes, _, _ = channel.method(method)
             self._span = channel.tracer.start_span(name, kind=channel._trace_api.SpanKind.CLIENT,
                                                    attributes=attributes)
-
-    # -- the attempts' context ---------------------------------------------------------------------------
-
-    def enter_attempt(self, n: int) -> Any:
-        """Make attempt n's span current while its grpcio call is made (what that call does in the caller's
-        context belongs to the attempt); returns the token for leave_attempt."""
-        span = self._attempt_spans.get(n)
-        if span is None:
-            return None
-        api = self._channel
-        return api._context_api.attach(api._trace_api.set_span_in_context(span))
-
-    def leave_attempt(self, token: Any) -> None:
-        if token is not None:
-            self._channel._context_api.detach(token)
 
     def wire_context(self, n: int) -> Tuple[Tuple[str, str], ...]:
         """Attempt n's span as the trace context that goes on the wire (traceparent, tracestate), or ()."""
@@ -425,7 +412,7 @@ class CallTelemetry:
                       machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
         metrics = self._channel.metrics
         if metrics is not None:
-            labels = self._channel.method(self._method)[2]
+            _, _, labels, by_code = self._channel.method(self._method)
             if retries:
                 metrics.retries.record(retries, labels)
             if hedges:
@@ -433,14 +420,20 @@ class CallTelemetry:
             if transparent:
                 metrics.transparent.record(transparent, labels)
             metrics.retry_delay.record(machine.idle_time, labels)
-            metrics.duration.record(duration, {**labels, "grpc.status": name})
+            with_status = by_code.get(code)
+            if with_status is None:
+                with_status = {**labels, "grpc.status": name}
+                if len(by_code) < 32:  # (codes beyond gRPC's are names of their own)
+                    by_code[code] = with_status
+            metrics.duration.record(duration, with_status)
         span = self._span
         if span is not None:
             span.set_attributes({"grpc_retry.attempts": machine.attempts, "grpc_retry.retries": retries,
                                  "grpc_retry.hedges": hedges, "grpc_retry.transparent_retries": transparent,
                                  "grpc_retry.reason": why, "rpc.grpc.status_code": code})
-            for n in list(self._attempt_spans):  # attempts the call cancelled (losing hedges, at its end)
-                self._end_attempt_span(n, "CANCELLED", 1)
+            if self._attempt_spans:  # attempts the call cancelled (losing hedges, at its end)
+                for n in list(self._attempt_spans):
+                    self._end_attempt_span(n, "CANCELLED", 1)
             if code != 0:
                 span.set_status(self._channel._trace_api.Status(self._channel._trace_api.StatusCode.ERROR, name))
             span.end()

@@ -105,8 +105,6 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _start(self, n: int, address: int, previous: int) -> None:
         method = self._method
         deadline = self._machine.deadline
-        obs = self._obs
-        token = None if obs is None else obs.enter_attempt(n)
         try:
             attempt = method.inner(address)(
                 self._request, timeout=None if deadline == INF else deadline - monotonic(),
@@ -115,9 +113,6 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         except Exception as error:  # grpc.aio refused the call
             self._refused(error)
             return
-        finally:
-            if obs is not None:
-                obs.leave_attempt(token)
         self._attempts[n] = attempt
         if method.direct:  # a unary-unary attempt of our own: it reports itself
             if self._hedged:

@@ -157,8 +157,6 @@ class BlockingCall(_Attempts):
     def _attempt(self, n: int, address: int, previous: int) -> List[Action]:
         self._next = None
         inner = self._method.inner(address)
-        obs = self._obs
-        token = None if obs is None else obs.enter_attempt(n)
         try:
             if self._with_call:
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
@@ -178,9 +176,6 @@ class BlockingCall(_Attempts):
             self._last = error, None
             code, details, trailing, _, initial = internals.sync_status(error)
             return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
-        finally:
-            if obs is not None:
-                obs.leave_attempt(token)
         self._last = call, response
         return self._machine.status(n, 0, None, None, monotonic())
 
@@ -383,8 +378,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             if pollable:
                 self._poller = True
         method = self._method
-        obs = self._obs
-        token = None if obs is None else obs.enter_attempt(n)
         try:
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
@@ -403,9 +396,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                     self._changed.notify_all()
             self._not_started(error)
             return
-        finally:
-            if obs is not None:
-                obs.leave_attempt(token)
         elsewhere = False
         with self._lock:
             if pollable:

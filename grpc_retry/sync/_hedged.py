@@ -125,7 +125,6 @@ class HedgedBlockingCall(_Attempts):
         obs = self._obs
         if obs is not None:
             obs.flush()
-        token = None if obs is None else obs.enter_attempt(n)
         self._out = True  # (before it is made: its end may be told on grpcio's thread before this one goes on)
         try:
             self._attempt = method.inner(address)(self._request, on_headers=self._on_headers, on_end=self._on_end,
@@ -133,9 +132,6 @@ class HedgedBlockingCall(_Attempts):
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._refused(error)
             return False
-        finally:
-            if obs is not None:
-                obs.leave_attempt(token)
         return True
 
     def _refused(self, error: Exception) -> None:
