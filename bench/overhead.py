@@ -9,7 +9,8 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
   same config (grpcio ignores hedgingPolicy);
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
-  config; `vs_one_address` is its grpc_retry CPU per call over the same call's on one address (round_robin);
+  config; `vs_one_address` is its grpc_retry CPU per call over the same call's on one address (round_robin), and
+  `plain_vs_one_address` the same for grpcio: what spreading calls over 300 connections costs grpcio itself;
 - `unary_otel` (with opentelemetry-sdk installed): the unary point with an OpenTelemetry SDK meter provider and
   tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
   them); the other points have telemetry off, as by default.
@@ -125,15 +126,17 @@ def _alternate(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> 
 
 
 def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> dict:
-    """runs: "plain", "ours" and maybe "ours_one_address" (then `vs_one_address`: ours over it)."""
+    """runs: "plain", "ours" and maybe "ours_one_address" / "plain_one_address" (then `vs_one_address` /
+    `plain_vs_one_address`: ours / plain over it)."""
     samples = _alternate(runs, calls, rounds)
     result = summarize(samples["plain"], samples["ours"])
     if "ours_telemetry_off" in samples:  # grpc_retry's own telemetry work: the same call, telemetry off
         result["own_share_us"] = round(statistics.median(
             o - b for o, b in zip(samples["ours"], samples["ours_telemetry_off"], strict=True)) * 1e6, 1)
-    if "ours_one_address" in samples:
-        result["vs_one_address"] = round(statistics.median(
-            o / b for o, b in zip(samples["ours"], samples["ours_one_address"], strict=True)), 3)
+    for run in ("ours", "plain"):
+        if f"{run}_one_address" in samples:
+            result[f"{'' if run == 'ours' else 'plain_'}vs_one_address"] = round(statistics.median(
+                o / b for o, b in zip(samples[run], samples[f"{run}_one_address"], strict=True)), 3)
     return result
 
 
@@ -168,7 +171,8 @@ def _points(port: int) -> Dict[str, dict]:
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
                       "ours": (many, round_robin(RETRY_CONFIG), []),
-                      "ours_one_address": (one, round_robin(RETRY_CONFIG), [])},
+                      "ours_one_address": (one, round_robin(RETRY_CONFIG), []),
+                      "plain_one_address": (one, round_robin(RETRY_CONFIG), [])},
     }
     otel = otel_options()
     if otel:
@@ -233,7 +237,7 @@ def _aio_channel(run: str, target: str, config: str, extra: list):
     import grpc_retry.aio
 
     options = [("grpc.service_config", config)]
-    if run == "plain":
+    if run.startswith("plain"):
         return grpc.aio.insecure_channel(target, options=options)
     return grpc_retry.aio.insecure_channel(target, options + extra)
 
@@ -293,7 +297,7 @@ def _sync_channel(run: str, target: str, config: str, extra: list):
     import grpc_retry
 
     options = [("grpc.service_config", config)]
-    if run == "plain":
+    if run.startswith("plain"):
         return grpc.insecure_channel(target, options=options)
     return grpc_retry.insecure_channel(target, options + extra)
 
