@@ -72,7 +72,10 @@ def test_a_backend_comes_back_after_its_ejection_time_and_goes_out_for_longer(cl
     ejections = [r.getMessage() for r in caplog.records if "outlier detection" in r.getMessage()]
     assert any(backends[2].target in m and "ejected" in m for m in ejections), ejections
     times = [float(m.rsplit("for ", 1)[1].split(" s")[0]) for m in ejections if "ejected" in m]
-    assert times[1] > times[0], times  # ejected again while it still fails: for longer
+    # Ejected again while it still fails: for longer. (A50 takes a step off the multiplier at each interval that
+    # does not eject it: calls slow enough to give it under requestVolume attempts in the 0.1 s after a return
+    # eject it for the base time again, as a run on a loaded machine once did: 0.3, 0.3, 0.6, 0.9 s.)
+    assert max(times[1:]) > times[0], times
     channel.close()
 
 
