@@ -2,8 +2,9 @@
 subchannels, carrying bytes.
 
 A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from
-grpc.aio's done callbacks (a unary attempt's invocation task, a stream's Cython call), timers are
-`loop.call_later`, subchannel changes arrive through `call_soon_threadsafe`. No task of ours runs per unary call;
+grpc.aio's done callbacks (a unary attempt's invocation task, a stream's Cython call), the machine's timer is the
+channel's (`_timers`: one asyncio timer for all its calls'), subchannel changes arrive through
+`call_soon_threadsafe`. No task of ours runs per unary call;
 a hedged attempt has a small watcher task (to see its response headers before its end), a streaming request a
 task per write, and whoever reads a response stream reads the attempt in flight. The application's serializer runs
 once per message, its deserializer once per delivered response.
@@ -38,6 +39,7 @@ from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, log
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
+from grpc_retry.aio import _timers
 
 _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
@@ -75,7 +77,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._last: Any = None                # the attempt whose status was reported last
         self._current = -1                    # the attempt in flight (not hedged): the one a reader reads ahead
         self._winner = -1
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer: Optional[_timers.Entry] = None  # the machine's timer, armed
         self._listener: Optional[Callable[[], None]] = None
         self._local_details = ""
         self._refusal: Optional[BaseException] = None  # what grpc.aio raised instead of making an attempt
@@ -196,11 +198,12 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._wake_readers()
 
     def _arm(self, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        timer = self._timer
+        if timer is not None:
             self._timer = None
+            _timers.disarm(timer)
         if at != INF:
-            self._timer = self._loop.call_later(max(at - monotonic(), 0.0), self._on_timer)
+            self._timer = self._method.timers.arm(at, self)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -25,6 +25,7 @@ from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry.aio import _call
+from grpc_retry.aio._timers import CallTimers
 
 log = logging.getLogger("grpc_retry")
 
@@ -34,7 +35,7 @@ _INF = math.inf
 class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
-    __slots__ = ("_interceptors",)
+    __slots__ = ("_interceptors", "timers")
     DIRECT_UNARY = internals.AioUnary
     RESPONSE_STREAM = internals.AioResponseStream
 
@@ -42,6 +43,7 @@ class _MultiCallable(Method):
                  interceptors: List[ClientInterceptor]) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
         self._interceptors = interceptors
+        self.timers = channel._timers  # its calls' timers: the channel's
 
 
 class UnaryUnaryMultiCallable(_MultiCallable, bases.AioUnaryUnaryMultiCallable):
@@ -145,6 +147,7 @@ class Channel(RetryStatistics, aio.Channel):
                                  "StreamStreamClientInterceptor. ")
         self._subchannels: AioSubchannels = AioSubchannels(target, self._state.options, credentials, compression)
         self._state.observe_backends(self._subchannels)
+        self._timers = CallTimers()
 
     # -- multicallables ---------------------------------------------------------------------------------
 
@@ -212,6 +215,7 @@ class Channel(RetryStatistics, aio.Channel):
                 wait.cancel()
         for call in calls:
             call.cancel()
+        self._timers.close()
         await self._subchannels.close(None)
 
     async def __aenter__(self) -> Channel:
