@@ -201,7 +201,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         timer = self._timer
         if timer is not None:
             self._timer = None
-            _timers.disarm(timer)
+            self._method.timers.disarm(timer)
         if at != INF:
             self._timer = self._method.timers.arm(at, self)
 

@@ -19,7 +19,7 @@ from typing import Any, List, Optional, cast
 
 log = logging.getLogger("grpc_retry")
 
-Entry = List[Any]  # [when, sequence, the call (None once disarmed or fired), its CallTimers]
+Entry = List[Any]  # [when, sequence, the call (None once disarmed or fired)]
 
 _COMPACT_AT = 64  # dead entries kept before the heap is rebuilt without them (when they are most of it)
 
@@ -39,15 +39,15 @@ class CallTimers:
 
     def arm(self, at: float, call: Any) -> Entry:
         """Call `call._on_timer()` at monotonic time `at` (on `call._loop`); disarm() the entry returned to call
-        it off."""
+        it off (nothing happens if it has fired)."""
         self._loop = call._loop
-        entry = [at, next(self._seq), call, self]
+        entry = [at, next(self._seq), call]
         heapq.heappush(self._heap, entry)
         if self._handle is None or at < self._handle_at:
             self._wake_at(at)
         return entry
 
-    def _disarm(self, entry: Entry) -> None:
+    def disarm(self, entry: Entry) -> None:
         if entry[2] is not None:
             entry[2] = None
             self._dead += 1
@@ -90,8 +90,3 @@ class CallTimers:
                 call._on_timer()
             except Exception:  # a bug: the other calls' timers still fire
                 log.exception("grpc_retry timer callback failed")
-
-
-def disarm(entry: Entry) -> None:
-    """Call off the timer armed as `entry` (nothing happens if it has fired)."""
-    entry[3]._disarm(entry)

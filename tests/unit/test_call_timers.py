@@ -30,13 +30,13 @@ def test_timers_fire_in_time_order_and_disarmed_ones_never():
         now = time.monotonic()
         entries = {name: timers.arm(now + delay, Call(log, name))
                    for name, delay in (("c", 0.06), ("a", 0.02), ("off", 0.01), ("b", 0.04))}
-        _timers.disarm(entries["off"])
-        _timers.disarm(entries["off"])  # twice: nothing more
+        timers.disarm(entries["off"])
+        timers.disarm(entries["off"])  # twice: nothing more
         await asyncio.sleep(0.1)
         assert [name for name, _ in log] == ["a", "b", "c"]
         for (_, fired), delay in zip(log, (0.02, 0.04, 0.06), strict=True):
             assert fired >= now + delay
-        _timers.disarm(entries["a"])  # fired already: nothing happens
+        timers.disarm(entries["a"])  # fired already: nothing happens
         assert entries["off"][2] is None and entries["a"][2] is None  # nothing of the calls is held
     run(main())
 
@@ -68,10 +68,10 @@ def test_dead_entries_are_dropped_once_they_are_most_of_the_heap():
         far = time.monotonic() + 60
         live = timers.arm(far, Call(log, "live"))
         for _ in range(1000):  # e.g. backoffs called off by calls that ended
-            _timers.disarm(timers.arm(far, Call(log, "dead")))
+            timers.disarm(timers.arm(far, Call(log, "dead")))
         assert len(timers._heap) <= 2 * _timers._COMPACT_AT + 2
         assert live in timers._heap
-        _timers.disarm(live)
+        timers.disarm(live)
     run(main())
 
 
