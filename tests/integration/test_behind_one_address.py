@@ -14,6 +14,8 @@ from support.l4 import L4Balancer
 
 import grpc_retry
 
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 SERVICE = "grpc_retry.test.Echo"
 
 

@@ -128,6 +128,7 @@ def test_sync_close_ends_calls_in_backoff_and_their_timer(backend):
     assert settle(lambda: TIMERS.pending() == 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["none", "quick retry", "hedging"])
 def test_sync_channels_that_come_and_go_leave_no_thread(backend, policy):
     backend.fallback(UNARY, lambda i: fail() if i % 3 == 0 else Step())

@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 
 def demo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grpc_retry", "demo", "--calls", "300", *args],

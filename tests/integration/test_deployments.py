@@ -23,6 +23,8 @@ from support.pod import Pod
 import grpc_retry
 import grpc_retry.aio
 
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 KINDS = ["grpc_retry", "grpc_retry.aio"]
 QUICK = dict(min_interval_ms=500, reconnect_max_ms=500)
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")

@@ -16,6 +16,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 from support.backend import UNARY, Backend
 
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 SERVICE = "grpc_retry.test.Echo"
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 

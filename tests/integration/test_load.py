@@ -14,6 +14,8 @@ from support.clients import retry_options, retry_policy
 
 from grpc_retry._timer import TIMERS
 
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 METHOD = "/load.Flaky/Call"
 CALLS = 10_000
 BATCH = 250

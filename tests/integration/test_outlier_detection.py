@@ -18,6 +18,8 @@ from support.l4 import L4Balancer
 
 import grpc_retry
 
+pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
+
 SERVICE = "grpc_retry.test.Echo"
 RETRY = {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
          "retryableStatusCodes": ["UNAVAILABLE"]}
