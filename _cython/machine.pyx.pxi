@@ -360,11 +360,11 @@ cdef class CallMachine:
 
     cpdef list cancel(self, int code, double now):
         """The call ends locally with `code`: the application cancelled it, the channel closed, a serializer or
-        request iterator failed."""
+        request iterator failed, or (DEADLINE_EXCEEDED) the driver saw the deadline pass before an attempt did."""
         if self.state == DONE:
             self._impossible("cancel")
         out = []
-        self._end(out, A_END, code, R_CANCELLED, now)
+        self._end(out, A_END, code, R_DEADLINE if code == STATUS_DEADLINE_EXCEEDED else R_CANCELLED, now)
         return out
 
     # -- what the driver reads ----------------------------------------------------------------------------------

@@ -10,8 +10,10 @@ client- and bidi-streaming calls, cancels some of them (asyncio: half of those b
 reads or writes the call) and gives a third of them a 5-200 ms deadline.
 
 Per client it prints one JSON line: calls, success rate, status histogram; calls never ended, ended twice,
-ended later than their deadline + 1 s; attempts still running on a server (or a stream left open on the peer)
-after their call ended; threads, fds, tasks and live call objects before, at the end and 5 s later. With
+ended later than their deadline + 1 s (the first few of them, with their kind and times); attempts still running
+on a server (or a stream left open on the peer) after their call ended; threads, fds, tasks and live call objects
+before, at the end and 5 s later; an asyncio client's loop lag (on two shared cores, tens of ms at the median and
+hundreds at the top: each loop turn a call's end waits for adds it). With
 `--check` it exits 1 if a grpc_retry client has a call never ended, ended twice or late, a hung worker, an orphan
 attempt, a call that ran on after the task using it was cancelled, an error left to the event loop (a future's
 exception never retrieved), or a leak.
@@ -210,14 +212,14 @@ class Ledger:
     def __init__(self, name: str):
         self.name = name
         self._next = 0
-        self.calls: Dict[str, list] = {}  # id -> [start, timeout, [end times], code]
+        self.calls: Dict[str, list] = {}  # id -> [start, timeout, [end times], code, kind]
         self.lock = threading.Lock()
 
-    def begin(self, timeout: float) -> str:
+    def begin(self, timeout: float, kind: str) -> str:
         with self.lock:
             self._next += 1
             call_id = f"{self.name}:{self._next}"
-            self.calls[call_id] = [time.monotonic(), timeout, [], None]
+            self.calls[call_id] = [time.monotonic(), timeout, [], None, kind]
         return call_id
 
     def ended(self, call_id: str, code: Optional[grpc.StatusCode]) -> None:
@@ -234,7 +236,7 @@ def _plan(rng: random.Random, channel: Any, ledger: Ledger):
     kind = rng.choice(KINDS)
     timeout = rng.uniform(0.005, 0.2) if rng.random() < 0.33 else 2.0
     cancel_after = rng.uniform(0, 0.05) if rng.random() < 0.1 else None
-    call_id = ledger.begin(timeout)
+    call_id = ledger.begin(timeout, kind)
     payload = call_id.encode()
     request = payload if kind.startswith("unary") else iter([payload, b"more"])
     return call_id, kind, getattr(channel, kind)(f"/{SERVICE}/{METHODS[kind]}"), request, timeout, cancel_after
@@ -319,9 +321,22 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
             with ledger.lock:
                 ledger.calls[call_id][3] = code.name
 
+    lags: List[float] = []  # how late a 10 ms sleep wakes: the loop's lag, which every call's end waits behind
+
+    async def lag_monitor() -> None:
+        while time.monotonic() < stop_at:
+            start = time.monotonic()
+            await asyncio.sleep(0.01)
+            lags.append(time.monotonic() - start - 0.01)
+
+    monitor = asyncio.ensure_future(lag_monitor())
     workers = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
     done, pending = await asyncio.wait(workers, timeout=seconds + 10)
     hung = len(pending)
+    await monitor
+    lags.sort()
+    lag = {"p50": round(lags[len(lags) // 2] * 1e3, 1), "p99": round(lags[len(lags) * 99 // 100] * 1e3, 1),
+           "max": round(lags[-1] * 1e3, 1)} if lags else {}
     for task in pending:
         task.cancel()
     end = _resources(len(asyncio.all_tasks()) - 1 - len(pending))
@@ -330,7 +345,7 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     later = _resources(len(asyncio.all_tasks()) - 1 - len(pending))
     gc.collect()  # (a future's unretrieved exception is reported as it is collected)
     return {"hung_workers": hung, "before": before, "end": end, "later": later,
-            "task_cancel_left_call_running": left_running, "loop_errors": len(unhandled)}
+            "task_cancel_left_call_running": left_running, "loop_errors": len(unhandled), "loop_lag_ms": lag}
 
 
 def _sync_client(client: str, target: str, seconds: float, concurrency: int, ledger: Ledger) -> dict:
@@ -404,7 +419,11 @@ def _summary(client: str, outcome: dict, attempts: List[list], peer_open: int) -
     statuses = collections.Counter(record[3] or "NEVER_ENDED" for record in calls.values())
     never = sum(1 for record in calls.values() if not record[2])
     twice = sum(1 for record in calls.values() if len(record[2]) > 1)
-    late = sum(1 for start, timeout, ends, _ in calls.values() if ends and ends[0] - start > timeout + LATE_AFTER)
+    first = min((record[0] for record in calls.values()), default=0.0)
+    late = [{"id": call_id, "kind": kind, "began_s": round(start - first, 3), "timeout_s": round(timeout, 3),
+             "ended_after_s": round(ends[0] - start, 3), "code": code}
+            for call_id, (start, timeout, ends, code, kind) in calls.items()
+            if ends and ends[0] - start > timeout + LATE_AFTER]
     orphans = 0
     for call_id, _, attempt_end in attempts:
         record = calls.get(call_id)
@@ -416,9 +435,10 @@ def _summary(client: str, outcome: dict, attempts: List[list], peer_open: int) -
              if later[key] is not None and later[key] > before[key]}
     return {"client": client, "calls": len(calls), "success_rate": round(statuses["OK"] / max(1, len(calls)), 4),
             "statuses": dict(statuses.most_common()), "never_ended": never, "ended_twice": twice,
-            "ended_late": late, "hung_workers": outcome["hung_workers"], "orphan_attempts": orphans,
+            "ended_late": len(late), "late_calls": late[:5], "hung_workers": outcome["hung_workers"],
+            "orphan_attempts": orphans,
             "task_cancel_left_call_running": outcome.get("task_cancel_left_call_running", 0),
-            "loop_errors": outcome.get("loop_errors", 0),
+            "loop_errors": outcome.get("loop_errors", 0), "loop_lag_ms": outcome.get("loop_lag_ms"),
             "peer_streams_left_open": peer_open, "leaks": leaks, "before": before, "end": outcome["end"],
             "later": later}
 

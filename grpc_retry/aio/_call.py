@@ -37,7 +37,7 @@ from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, log
+from grpc_retry._driver import CANCELLED_DETAILS, DEADLINE_DETAILS, INF, STATUS_CODES, log
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -47,6 +47,7 @@ _EOF = grpc.aio.EOF
 HEADERS_GRACE = 0.05
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
+_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 # grpc.aio's words
 _API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
 _FINISHED = "RPC already finished."
@@ -689,7 +690,8 @@ class _StreamResponse(_Call):
         return Metadata.from_tuple(self._initial)
 
 
-_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen", "_headers_out")
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen", "_headers_out",
+                         "_deadline_guard")
 
 
 class _StreamRequest(_Call):
@@ -709,7 +711,13 @@ class _StreamRequest(_Call):
         self._headers_out = False  # the call's metadata has gone out: until then, as on grpc.aio, writes wait for it
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
+        # The deadline, seen here as well as by the attempts until one answers. grpc.aio's stream-unary
+        # attempt asks for its status only once its headers came, so the deadline it is ended by reaches the call
+        # three batches (and loop turns) later: on a loaded loop, a second or more after it passed.
+        self._deadline_guard: Optional[_timers.Entry] = None
         self._begin()
+        if not self._done and machine.deadline != INF:
+            self._deadline_guard = method.timers.arm(machine.deadline, self, True)
         # Ended before the application got the call (failed fast: no backend): grpc.aio's call would still be
         # sending its headers, and its first write() would fail with the call's status, not as "finished".
         self._ended_unseen = self._done
@@ -788,7 +796,25 @@ class _StreamRequest(_Call):
         if not self._half_closed and not self._done:
             self._close_requests()
 
+    def _on_deadline(self) -> None:
+        self._deadline_guard = None
+        for attempt in self._attempts.values():
+            if internals.aio_initial_metadata(attempt):
+                return  # it answered: its status, with its headers, tells how the call ended
+        self._cancel(DEADLINE_DETAILS, _DEADLINE_EXCEEDED)
+
+    def _unguard(self) -> None:
+        guard = self._deadline_guard
+        if guard is not None:
+            self._deadline_guard = None
+            self._method.timers.disarm(guard)
+
+    def _commit(self, n: int) -> None:
+        self._unguard()  # the winner carries the deadline: its status (and headers) say how the call ended
+        super()._commit(n)
+
     def _stop_tasks(self) -> None:
+        self._unguard()
         super()._stop_tasks()
         consumer = self._consumer
         if consumer is not None and not consumer.done() and consumer is not asyncio.current_task():

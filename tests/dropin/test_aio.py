@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -139,6 +140,23 @@ async def deadlines_and_failures(make, backend) -> Any:
         failed = channel.unary_unary(UNARY)(b"f", timeout=5)
         return (late, streamed, await stream.details(), await outcome(failed.wait_for_connection()),
                 await outcome(failed))
+
+
+async def request_streams_past_their_deadline(make, backend) -> Any:
+    """Request-stream calls whose deadline passes before their answer: one the server never answers (the deadline
+    alone ends it), one after the server's headers (its error carries them)."""
+    hold = threading.Event()
+    backend.script(CLIENT_STREAM, Step(wait=30))
+    backend.script(BIDI, Step(code=grpc.StatusCode.ABORTED, responses=0, headers=HEADERS, gate=hold))
+    try:
+        async with make(backend.target) as channel:
+            silent = channel.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=0.2)
+            answered = channel.stream_stream(BIDI)(iter([b"c"]), timeout=0.4)
+            return (await outcome(silent), await silent.code(), tuple(await silent.initial_metadata()),
+                    await outcome(_iterate(answered)), await answered.code(),
+                    tuple(await answered.initial_metadata()))
+    finally:
+        hold.set()
 
 
 async def _failing_requests():
@@ -370,9 +388,9 @@ async def unresolvable_name(make, backend) -> Any:
 
 
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
-                                      deadlines_and_failures, refusals, time_remaining,
-                                      metadata_and_compression, refused_metadata, interceptors, closing,
-                                      state_after_close,
+                                      deadlines_and_failures, request_streams_past_their_deadline, refusals,
+                                      time_remaining, metadata_and_compression, refused_metadata, interceptors,
+                                      closing, state_after_close,
                                       connecting_new_channels, failing_fast_then_writing, unresolvable_name],
                          ids=lambda f: f.__name__)
 def test_same_as_grpc_aio(aio_channel, scenario):

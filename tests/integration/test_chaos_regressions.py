@@ -18,6 +18,7 @@ from typing import Any, Callable
 import grpc
 import pytest
 from support.backend import CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
+from support.h2_fault import NO_STREAMS, H2FaultServer
 
 import grpc_retry
 import grpc_retry.aio
@@ -218,3 +219,46 @@ def test_sync_hedged_stream_unary_answered_late_completes(backend):
         assert within(5, lambda: channel.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=10),
                       "the call") == b"a|b"
     assert len(backend.attempts_of(CLIENT_STREAM)) == 2
+
+
+@pytest.mark.parametrize("policy", ["none", "retry"])
+async def test_asyncio_a_stream_unary_call_ends_at_its_deadline_on_a_lagging_loop(policy):
+    """The soak's late calls: grpc.aio stream-unary attempts whose deadline reached their call a second and more
+    after it passed, on a loop lagging tens of ms a turn (hundreds at the top) with two shared cores under four
+    clients. The deadline then travels from C-core's timer through its threads, grpcio's poller thread and three
+    batches of the attempt, each a wait for a thread or the loop. The call now sees its own deadline until an
+    attempt answers: one timer on the loop. Here, with the attempt's metadata held unsent (no stream allowed) and
+    every turn slow, the call ends DEADLINE_EXCEEDED as grpc.aio words it, within a few turns of its deadline."""
+    peer = H2FaultServer(NO_STREAMS)  # the client holds its stream, its metadata unsent, until the deadline
+    config = POLICIES[policy]
+    channel = grpc_retry.aio.insecure_channel(peer.target, options=[] if config is None else
+                                              [("grpc.service_config", config)])
+    turns, deadline_turn, lagging = 0, -1, True
+    deadline = float("inf")
+
+    def slow_turn() -> None:  # every loop turn takes 30 ms
+        nonlocal turns, deadline_turn
+        if lagging:
+            turns += 1
+            if deadline_turn < 0 and time.monotonic() >= deadline:
+                deadline_turn = turns
+            time.sleep(0.03)
+            asyncio.get_running_loop().call_soon(slow_turn)
+
+    try:
+        await channel.channel_ready()
+        call = channel.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=0.3)
+        deadline = time.monotonic() + 0.3
+        asyncio.get_running_loop().call_soon(slow_turn)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await asyncio.wait_for(call, 10)
+        turns_late = turns - deadline_turn
+        lagging = False
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert raised.value.details() == "Deadline Exceeded"
+        # The turn its timer fires in, the one its awaiting task wakes in, and asyncio.wait_for's.
+        assert 0 <= turns_late <= 3, turns_late
+    finally:
+        lagging = False
+        await channel.close()
+        peer.stop()
