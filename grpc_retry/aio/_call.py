@@ -711,9 +711,9 @@ class _StreamRequest(_Call):
         self._headers_out = False  # the call's metadata has gone out: until then, as on grpc.aio, writes wait for it
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
-        # The deadline, seen here as well as by the attempts until one answers. grpc.aio's stream-unary
-        # attempt asks for its status only once its headers came, so the deadline it is ended by reaches the call
-        # three batches (and loop turns) later: on a loaded loop, a second or more after it passed.
+        # The deadline, seen here as well as by the attempts until one answers. grpc.aio's stream-unary attempt
+        # asks for its status only once its headers came: the deadline that ends it reaches the call through
+        # C-core's threads, grpcio's poller thread and three batches, on a loaded machine a second and more late.
         self._deadline_guard: Optional[_timers.Entry] = None
         self._begin()
         if not self._done and machine.deadline != INF:
