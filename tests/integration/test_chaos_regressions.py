@@ -4,7 +4,8 @@ instead of hanging the suite:
 - sync: a failed stream-unary attempt whose status came before its headers froze its backend's grpcio channel
   (a done callback on grpcio's own thread asked it for initial_metadata());
 - sync: cancel() while another thread waits in code() / result() of a response stream left that thread stuck;
-- asyncio: cancelling the task that awaits a call with a done callback let the call run on to OK.
+- asyncio: cancelling the task that awaits a call with a done callback let the call run on to OK;
+- asyncio: stream-unary calls ended a second and more past short deadlines on a loaded machine.
 """
 
 from __future__ import annotations
