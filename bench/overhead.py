@@ -3,7 +3,7 @@ service config), on the happy path, against one server process, in alternating r
 numbers of calls in flight.
 
 Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
-- `unary`, `server_stream` (5 messages): a retry policy, one address;
+- `unary`, `server_stream` (5 messages), `client_stream` (2 messages): a retry policy, one address;
 - `unary_named`: the unary point through a name (localhost): a name's subchannels are watched more closely
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
@@ -40,6 +40,7 @@ import grpc
 SERVICE = "bench.Echo"
 UNARY = f"/{SERVICE}/Unary"
 STREAM = f"/{SERVICE}/Stream"
+CLIENT_STREAM = f"/{SERVICE}/ClientStream"
 STREAM_MESSAGES = 5
 RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": SERVICE}],
@@ -81,10 +82,14 @@ def _serve(port_queue) -> None:
         async def one(request, context):  # a unary response in a streaming shape (bench/headers_shape.py)
             yield request
 
+        async def client_stream(requests, context):
+            return b"".join([request async for request in requests])
+
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
             "One": grpc.unary_stream_rpc_method_handler(one),
+            "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
         })])
         port_queue.put(server.add_insecure_port("0.0.0.0:0"))
         await server.start()
@@ -167,6 +172,8 @@ def _points(port: int) -> Dict[str, dict]:
     points = {
         "unary": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "server_stream": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
+        "client_stream": {"kind": "client_stream", "plain": (one, RETRY_CONFIG, []),
+                          "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
@@ -208,6 +215,12 @@ def otel_own_options() -> list:
 
 
 def _aio_one(channel, kind: str):
+    if kind == "client_stream":
+        client_stream = channel.stream_unary(CLIENT_STREAM)
+
+        async def one_client_stream():
+            return await client_stream(iter((PAYLOAD, PAYLOAD)))
+        return one_client_stream
     if kind == "stream":
         stream = channel.unary_stream(STREAM)
 
@@ -266,6 +279,12 @@ async def _make(make):
 
 
 def _sync_one(channel, kind: str):
+    if kind == "client_stream":
+        client_stream = channel.stream_unary(CLIENT_STREAM)
+
+        def one_client_stream(request):
+            return client_stream(iter((request, request)))
+        return one_client_stream
     if kind == "stream":
         stream = channel.unary_stream(STREAM)
 
