@@ -3,7 +3,7 @@ call of each shape divided by a grpc.aio unary call's, in alternating rounds.
 
 - "unary_stream": grpcio's cheapest public shape that reports headers first, a unary-stream call with one response
   whose headers are awaited before its message (grpc_retry's sync channel hedges unary calls in it);
-- "two_batches": the attempt grpc_retry's asyncio channel hedges unary calls in (`AioUnary`, headers first), two
+- "two_batches": the attempt grpc_retry's asyncio channel hedges unary calls in (`AioMethod`, headers first), two
   batches on grpc.aio's Cython call, in flight together: the request with the headers, and the response with the status.
 
 Prints one JSON object as its last line. Usage: python bench/headers_shape.py [--calls N] [--rounds R]
@@ -22,11 +22,11 @@ from overhead import PAYLOAD, SERVICE, start_server
 
 
 async def _measure(target: str, calls: int, rounds: int) -> dict:
-    from grpc_retry._grpc_internals import AioUnary
+    from grpc_retry._grpc_internals import AioMethod
 
     channel = grpc.aio.insecure_channel(target)
     unary, one = channel.unary_unary(f"/{SERVICE}/Unary"), channel.unary_stream(f"/{SERVICE}/One")
-    headers_first = AioUnary(unary, True)
+    headers_first = AioMethod(unary, True)
 
     async def unary_call():
         await unary(PAYLOAD)

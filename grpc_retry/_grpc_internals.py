@@ -33,17 +33,6 @@ def aio_working_loop() -> asyncio.AbstractEventLoop:
     return cast(asyncio.AbstractEventLoop, cygrpc.get_working_loop())
 
 
-def aio_unary_task(attempt: Any) -> asyncio.Task[Any]:
-    """The task that ends with a unary-response attempt's response (bytes) or EOF."""
-    return cast("asyncio.Task[Any]", attempt._call_response)
-
-
-def aio_sending_task(attempt: Any) -> asyncio.Task[Any]:
-    """The task that sends an attempt's request or metadata (for a unary response, the one that ends with the
-    response); it raises when grpc.aio refuses what it was given (metadata it cannot send)."""
-    return cast("asyncio.Task[Any]", getattr(attempt, "_preparation", None) or attempt._call_response)
-
-
 def aio_status(attempt: Any) -> Optional[Any]:
     """An ended attempt's status (code(), details(), trailing_metadata(), debug_error_string()), or None."""
     return attempt._cython_call._status
@@ -57,44 +46,18 @@ def aio_locally_cancelled(attempt: Any) -> bool:
     return bool(attempt._cython_call.is_locally_cancelled())
 
 
-async def aio_send(attempt: Any, data: bytes) -> bool:
-    """Write bytes to a streaming attempt; False once it has ended. Not grpc.aio's write(): when a send fails
-    because the server just ended the stream, write() overwrites the attempt's status with INTERNAL, hiding the
-    (maybe retryable) status the server sent. Here the attempt keeps the status the server gave it."""
-    if attempt.done():
-        return False
-    metadata_sent = attempt._metadata_sent
-    if not metadata_sent.is_set():
-        await metadata_sent.wait()
-        if attempt.done():
-            return False
-    try:
-        await attempt._cython_call.send_serialized_message(data)
-    except cygrpc.InternalError:
-        return False
-    return True
-
-
-async def aio_half_close(attempt: Any) -> None:
-    if attempt.done():
-        return
-    metadata_sent = attempt._metadata_sent
-    if not metadata_sent.is_set():
-        await metadata_sent.wait()
-        if attempt.done():
-            return
-    try:
-        await attempt._cython_call.send_receive_close()
-    except cygrpc.InternalError:
-        pass
-
-
-# A unary-unary attempt, made on grpc.aio's Cython call directly: no grpc.aio call object and no task, only the
-# batches and a done callback on each (grpc.aio's own unary call adds a Python call object, an invocation task, and
-# a loop turn before its batch starts). Unhedged, one batch carries the whole exchange, as grpc.aio's. Hedged, the
-# attempt must show its response headers before its response (they commit the call), where grpc.aio's unary call
-# gets both at once and its unary-stream call costs ~1.6x the CPU (four batches, and tasks to drive them): two
-# batches in flight together, the request with the headers and the response with the status.
+# Every asyncio attempt is made on grpc.aio's Cython call directly: no grpc.aio call object and no task, only the
+# batches and a done callback on each (grpc.aio's own calls add a Python call object, tasks that run their batches
+# one after another, and a loop turn before the first starts).
+# - A unary-unary attempt, unhedged, is one batch, as grpc.aio's.
+# - Hedged, it must show its response headers before its response (they commit the call), where grpc.aio's unary
+#   call gets both at once and its unary-stream call costs ~1.6x the CPU (four batches, and tasks to drive them):
+#   two batches in flight together, the request with the headers and the response with the status.
+# - A response stream is read a batch per message, as the reader asks.
+# - A request stream sends its metadata in a batch of its own (the call's writes wait for it, as grpc.aio's), then a
+#   batch per message and one to half-close, one at a time as the machine hands them out. Its response batch is in
+#   flight from the start: the deadline, or a server that ends the call early, reaches the driver at once, where
+#   grpc.aio's stream-unary call asks for its status only once the response headers came.
 
 _NO_FLAGS = 0
 _WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_explicitly_set,
@@ -103,6 +66,8 @@ _WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_ex
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
 _CORE_ERROR = "Internal error from Core"
+
+_Batch = Tuple[Coroutine[Any, Any, None], "asyncio.Future[None]"]  # a started batch: its coroutine, its future
 
 
 def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ...], Tuple[Any, Any, Any]]:
@@ -114,8 +79,7 @@ def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ..
                      cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS))
 
 
-def _start_batch(call: Any, operations: Tuple[Any, ...],
-                 loop: asyncio.AbstractEventLoop) -> Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]:
+def _start_batch(call: Any, operations: Tuple[Any, ...], loop: asyncio.AbstractEventLoop) -> _Batch:
     """Start a batch now, without a task: grpcio's execute_batch, run up to its one wait. It returns that coroutine
     and the future it waits on; once the future is done, `_finish_batch` runs the rest (which reads what the batch
     received into its operations)."""
@@ -137,9 +101,10 @@ def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
     raise RuntimeError("grpcio's execute_batch waited more than once")
 
 
-class AioUnary:
-    """A method with a unary request on one subchannel: made like a grpc.aio multicallable (of bytes), it makes
-    `AioAttempt`s: unary-unary, headers first (for hedging) or not; or (AioResponseStream) unary-stream."""
+class AioMethod:
+    """A method on one subchannel: made from grpc.aio's multicallable of it, it makes `AioAttempt`s, called as that
+    multicallable is (with bytes, or None for a request stream). `headers_first`: they show their response headers
+    before the response (a response stream's always do); `stream`: a response stream."""
 
     __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream")
 
@@ -147,10 +112,10 @@ class AioUnary:
         self._multicallable = multicallable  # grpc.aio's multicallable of the method, for its channel and method
         handle = getattr(multicallable, "_registered_call_handle", None)  # grpcio 1.71 on
         self._handle = () if handle is None else (handle,)
-        self._headers_first = headers_first
+        self._headers_first = headers_first or stream
         self._stream = stream
 
-    def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+    def __call__(self, request: Optional[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> AioAttempt:
         m = self._multicallable
         if compression or not isinstance(metadata, tuple):
@@ -166,9 +131,8 @@ class AioUnary:
         return attempt
 
 
-class AioResponseStream(AioUnary):
-    """A unary-stream method on one subchannel, from grpc.aio's multicallable of it: it makes `AioAttempt`s with
-    a response stream."""
+class AioResponseStream(AioMethod):
+    """A method with a response stream on one subchannel, from grpc.aio's multicallable of it."""
 
     __slots__ = ()
 
@@ -177,43 +141,55 @@ class AioResponseStream(AioUnary):
 
 
 class AioAttempt:
-    """One attempt of a call with a unary request. It tells the driver what happens, from the done callbacks of
-    its batches: `on_headers()` when the response headers came (headers first only), `on_end(response or EOF)`
-    when it ended. With a response stream (headers first), read() reads its messages; it is then followed by its
-    done callbacks.
+    """One attempt. It tells the driver what happens, from the done callbacks of its batches: `on_headers()` when
+    the response headers came (headers first only), `on_end(response or EOF)` when it ended; with a request stream,
+    `on_sent()` once its metadata went out and `on_written()` once a message written went. With a response stream,
+    read() reads its messages; it is then followed by its done callbacks.
     Building its batches may raise (metadata grpcio cannot send): grpc.aio would raise that from the call.
     It keeps its own status and headers, where the driver reads a grpc.aio call's (`_cython_call` is itself),
     and answers what grpc.aio's channel asks of its calls: done(), cancel(), code(), add_done_callback()."""
 
     __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
-                 "_ops", "_first", "_last", "_end_waits", "on_headers", "on_end",
+                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_request_stream", "sent",
+                 "on_headers", "on_end", "on_sent", "on_written",
                  "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
 
-    def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: bytes, metadata: Metadata, flags: int,
-                 headers_first: bool, stream: bool = False) -> None:
+    def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: Optional[bytes], metadata: Metadata,
+                 flags: int, headers_first: bool, stream: bool = False) -> None:
         self._call = call
         self._loop = loop
         self._status: Any = None
         self._initial_metadata: Optional[Metadata] = None
         self._locally_cancelled = False
-        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers (or the end)
+        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers, the metadata sent, the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self.on_headers: Optional[Callable[[], None]] = None
         self.on_end: Optional[Callable[[Any], None]] = None
+        self.on_sent: Optional[Callable[[], None]] = None
+        self.on_written: Optional[Callable[[], None]] = None
         self._end_waits: Optional[bool] = None  # headers first: the end, done before the headers were read
+        self._request_stream = request is None
+        self.sent = False  # a request stream's metadata went out
+        self._sending: Optional[_Batch] = None  # a request stream's metadata, going out
+        self._writing: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None], bool]] = None  # (.., a message)
         context = cygrpc.build_census_context()  # grpcio's observability, as its own calls (None without it)
         if context is not None:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
-        sending, receiving = _unary_ops(request, metadata, flags)
+        sending, receiving = _unary_ops(b"" if request is None else request, metadata, flags)
         headers, message, status = receiving
         if stream:  # its messages are read one batch each, as the reader asks
-            receiving = headers, None, status
-        self._ops: Tuple[Any, ...] = receiving  # () once ended
+            message = None
+        self._ops: Tuple[Any, ...] = (headers, message, status)  # () once ended
+        response = (status,) if message is None else (message, status)
+        if request is None:  # first, for it raises on metadata grpcio cannot send
+            self._sending = _start_batch(call, sending[:1], loop)
+            self._sending[1].add_done_callback(self._sent_done)
+            sending = ()
         # (the batch, its future): the one that ends with the status, and (headers first) the one before it
-        self._first: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None]]] = None
+        self._first: Optional[_Batch] = None
         if headers_first:
-            # The response's batch first: started only once the headers came, it would end a loop turn later.
-            self._last = _start_batch(call, (status,) if stream else (message, status), loop)
+            # The response's batch now: started only once the headers came, it would end a loop turn later.
+            self._last = _start_batch(call, response, loop)
             try:
                 self._first = _start_batch(call, sending + (headers,), loop)
             except BaseException:
@@ -221,12 +197,47 @@ class AioAttempt:
                 raise
             self._first[1].add_done_callback(self._headers_done)
         else:
-            self._last = _start_batch(call, sending + self._ops, loop)
+            self._last = _start_batch(call, sending + (headers,) + response, loop)
         self._last[1].add_done_callback(self._end_done)
 
     @property
     def _cython_call(self) -> AioAttempt:
         return self
+
+    def _sent_done(self, _: Any) -> None:
+        sending, self._sending = self._sending, None
+        if sending is None:
+            return  # cancelled meanwhile: it ended then
+        if _finish_batch(sending[0]) and self._status is None:  # else it failed: the end says how
+            self.sent = True
+            self._wake()
+            if self.on_sent is not None:
+                self.on_sent()
+
+    def write(self, data: bytes) -> None:
+        """Send a message of the request stream: `on_written()` once it went (one that fails is not told: the
+        attempt's end is). One write or half-close at a time."""
+        self._send(cygrpc.SendMessageOperation(data, _NO_FLAGS), True)
+
+    def half_close(self) -> None:
+        self._send(cygrpc.SendCloseFromClientOperation(_NO_FLAGS), False)
+
+    def _send(self, operation: Any, message: bool) -> None:
+        if self._status is not None:
+            return  # ended: the driver hears (or heard) how
+        try:
+            batch, future = _start_batch(self._call, (operation,), self._loop)
+        except cygrpc.ExecuteBatchError:
+            return  # C-core refused it: the call is over, and its status says how
+        self._writing = batch, future, message
+        future.add_done_callback(self._written)
+
+    def _written(self, _: Any) -> None:
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return  # cancelled meanwhile: it ended then
+        if _finish_batch(writing[0]) and writing[2] and self.on_written is not None:
+            self.on_written()
 
     def _headers_done(self, _: Any) -> None:
         first, self._first = self._first, None
@@ -266,7 +277,8 @@ class AioAttempt:
                     response = message.message()
         self._ops = ()
         on_end = self.on_end
-        self.on_headers = self.on_end = None  # they hold the attempt: no cycle outlives it (nor its C-core call)
+        # They hold the attempt: no cycle outlives it (nor its C-core call).
+        self.on_headers = self.on_end = self.on_sent = self.on_written = None
         if on_end is not None:
             on_end(response)
         callbacks, self._callbacks = self._callbacks, None
@@ -278,40 +290,55 @@ class AioAttempt:
         """Stop waiting for the batches of a cancelled call: C-core completes them later, maybe once the loop is
         closed, and a batch whose future is cancelled completes into nothing (as grpc.aio's, once its task is
         cancelled)."""
-        for batch in (self._first, self._last):
+        for batch, done in ((self._first, self._headers_done), (self._last, self._end_done),
+                            (self._sending, self._sent_done), (self._writing, self._written)):
             if batch is not None:
-                if not batch[1].done():
-                    batch[1].remove_done_callback(self._headers_done if batch is self._first else self._end_done)
-                    batch[1].cancel()
-                elif not batch[1].cancelled():
-                    batch[1].exception()  # failed as the call was cancelled, its callback not yet run: nothing to tell
+                future = batch[1]
+                if not future.done():
+                    future.remove_done_callback(done)
+                    future.cancel()
+                elif not future.cancelled():
+                    future.exception()  # failed as the call was cancelled, its callback not yet run: nothing to tell
                 batch[0].close()
-        self._first = None
+        self._first = self._sending = self._writing = None
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _set_headers(self, metadata: Metadata) -> None:
         if self._initial_metadata is None:
             self._initial_metadata = metadata
-            waiters, self._waiters = self._waiters, None
-            if waiters:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+            self._wake()
 
     def _set_status(self, status: Any) -> None:
         self._status = status
         self._set_headers(())
+        self._wake()
+
+    async def _woken(self) -> None:
+        waiter = self._loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        await waiter
 
     async def initial_metadata(self) -> Metadata:
-        if self._initial_metadata is None:
-            waiter = self._loop.create_future()
-            if self._waiters is None:
-                self._waiters = []
-            self._waiters.append(waiter)
-            await waiter
-        return cast(Metadata, self._initial_metadata)
+        while self._initial_metadata is None:
+            await self._woken()
+        return self._initial_metadata
 
-    async def wait_for_connection(self) -> None:  # as grpc.aio's unary-stream call: until the headers
-        await self.initial_metadata()
+    async def wait_for_connection(self) -> None:
+        """As grpc.aio's: a request stream's until its metadata went out, a unary request's (as its unary-stream
+        call) until its headers came; or until it ended."""
+        if self._request_stream:
+            while not self.sent and self._status is None:
+                await self._woken()
+        else:
+            await self.initial_metadata()
 
     async def read(self) -> Any:
         """A response stream's next message, or EOF once it has ended (its status then says how). As grpc.aio's

@@ -35,15 +35,17 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "reports_end", "subchannels", "calls", "attempt_streams",
                  "unary_response")
-    # The channel's own unary-unary attempt shape, made from grpcio's unary-unary multicallable and whether it
-    # shows its response headers first (hedging); None: grpcio's multicallables as they are.
+    # The channel's own attempt shape for a unary response, made from grpcio's multicallable of the method and whether
+    # it shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
     # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
     # grpcio's unary-unary multicallable and the grpcio channel it is of; None: grpcio's unary-stream shape.
     HEDGED_UNARY: Optional[Callable[[Any, Any], Any]] = None
-    # A channel's own unary-stream attempt shape, made from grpcio's unary-stream multicallable, whose attempts
+    # A channel's own response-stream attempt shape, made from grpcio's multicallable of the method, whose attempts
     # report their end themselves; None: grpcio's.
     RESPONSE_STREAM: Optional[Callable[[Any], Any]] = None
+    # Whether the channel's own shapes take request streams too (else those attempts are grpcio's own calls).
+    OWN_REQUEST_STREAMS = False
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -52,19 +54,20 @@ class Method:
         self._serializer = serializer
         self.deserializer = deserializer
         self._policy = state.policy(method)
-        # A hedged unary call needs to see each attempt's response headers before its response (they commit
-        # it): grpcio's unary-unary shape delivers both at once. The asyncio channel's own unary shape
-        # (DIRECT_UNARY) can show them first; the sync channel has a shape for hedging (HEDGED_UNARY).
-        self.direct = kind == "unary_unary" and self.DIRECT_UNARY is not None
-        hedged_unary = kind == "unary_unary" and self._policy.hedging
-        self.headers_first = hedged_unary and (self.direct or self.HEDGED_UNARY is not None)
-        self._attempt_kind = "unary_stream" if hedged_unary and not self.headers_first else kind
+        self.unary_response = kind in ("unary_unary", "stream_unary")
+        own = self.OWN_REQUEST_STREAMS or kind.startswith("unary")  # the channel's own shapes can take its requests
+        self.direct = self.unary_response and own and self.DIRECT_UNARY is not None
+        # A hedged call with a unary response needs to see each attempt's response headers before its response
+        # (they commit it): grpcio's unary-unary shape delivers both at once. The asyncio channel's own shape
+        # (DIRECT_UNARY) can show them first; the sync channel has a unary-unary shape for hedging (HEDGED_UNARY).
+        hedged = self._policy.hedging and self.unary_response
+        self.headers_first = hedged and (self.direct or (kind == "unary_unary" and self.HEDGED_UNARY is not None))
+        self._attempt_kind = "unary_stream" if hedged and kind == "unary_unary" and not self.headers_first else kind
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         # Its attempts are grpc_retry's own shapes, which report their end (sync: on_end, and on_headers if
         # headers first; asyncio: done callbacks) and raise as they are made when grpcio refuses them.
-        self.reports_end = self.headers_first or (self._attempt_kind == "unary_stream"
-                                                  and self.RESPONSE_STREAM is not None)
-        self.unary_response = kind in ("unary_unary", "stream_unary")
+        self.reports_end = self.headers_first or self.direct or (
+            self.attempt_streams and own and self.RESPONSE_STREAM is not None)
         self.subchannels = subchannels
         self.calls = state.calls
         self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)

@@ -1,12 +1,11 @@
-"""The asyncio driver: grpc.aio call objects over the call machine, whose attempts are plain grpc.aio calls on
-subchannels, carrying bytes.
+"""The asyncio driver: grpc.aio call objects over the call machine, whose attempts are grpc_retry's own calls on
+grpc.aio's Cython calls to subchannels (`_grpc_internals.AioAttempt`), carrying bytes.
 
-A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from
-grpc.aio's done callbacks (a unary attempt's invocation task, a stream's Cython call), the machine's timer is the
-channel's (`_timers`: one asyncio timer for all its calls'), subchannel changes arrive through
-`call_soon_threadsafe`. No task of ours runs per unary call;
-a hedged attempt has a small watcher task (to see its response headers before its end), a streaming request a
-task per write, and whoever reads a response stream reads the attempt in flight. The application's serializer runs
+A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from the
+done callbacks of their batches, the machine's timer is the channel's (`_timers`: one asyncio timer for all its
+calls'), subchannel changes arrive through `call_soon_threadsafe`. No task of ours runs per call but a request
+iterator's reader; a hedged response stream's attempt has a small watcher task (to see its response headers before
+its messages), and whoever reads a response stream reads the attempt in flight. The application's serializer runs
 once per message, its deserializer once per delivered response.
 """
 
@@ -20,7 +19,6 @@ from typing import (
     Any,
     AsyncIterator,
     Callable,
-    Coroutine,
     Dict,
     Generator,
     List,
@@ -37,7 +35,7 @@ from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, DEADLINE_DETAILS, INF, STATUS_CODES, log
+from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, log
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -47,7 +45,6 @@ _EOF = grpc.aio.EOF
 HEADERS_GRACE = 0.05
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
-_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 # grpc.aio's words
 _API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
 _FINISHED = "RPC already finished."
@@ -61,7 +58,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
         "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_writes", "_peek", "_reads", "_delivered", "_style", "__weakref__",
+        "_callbacks", "_watchers", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
@@ -93,7 +90,6 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self._watchers: Optional[Dict[int, Any]] = None  # hedges: each one's watcher task, or grace timer
-        self._writes: Optional[Dict[int, asyncio.Task[Any]]] = None    # request streams: each attempt's write
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
@@ -117,7 +113,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             self._refused(error)
             return
         self._attempts[n] = attempt
-        if method.direct:  # a unary-unary attempt of our own: it reports itself
+        if method.direct:  # a unary response
             if self._hedged:
                 if self._watchers is None:
                     self._watchers = {}
@@ -126,25 +122,14 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             else:
                 self._current = n
                 attempt.on_end = partial(self._direct_ended, n, attempt)
-            self._wake_readers()
-            return
-        if self._hedged:
+        elif self._hedged:  # a response stream
             if self._watchers is None:
                 self._watchers = {}
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
-        if (method.attempt_streams or self._hedged) and not method.reports_end:
-            # grpc.aio sends the request (or the metadata) from a task of its own, which raises when it cannot
-            # (metadata it cannot send): the attempt then never ends. A unary attempt's task is watched below.
-            # (An attempt of grpc_retry's own raises as it is made.)
-            internals.aio_sending_task(attempt).add_done_callback(partial(self._sent, n, attempt))
-        if not self._hedged:
+        else:
             self._current = n
             self._follow(n, attempt)
         self._wake_readers()
-
-    def _sent(self, n: int, attempt: Any, task: asyncio.Task[Any]) -> None:
-        if not task.cancelled() and task.exception() is not None and self._attempts.get(n) is attempt:
-            self._refused(cast(BaseException, task.exception()))
 
     def _refused(self, error: BaseException) -> None:
         """grpc.aio refused an attempt (metadata it cannot send, say): awaiting the call raises that error, as on
@@ -153,44 +138,17 @@ class _Call(driver.CallDriver, internals.AioCallBase):
         self._refusal = error
         self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
 
-    def _follow(self, n: int, attempt: Any) -> None:  # per response kind: report the attempt's end
+    def _follow(self, n: int, attempt: Any) -> None:  # response streams: report the attempt's end
         raise NotImplementedError
-
-    def _write(self, n: int, data: bytes) -> None:
-        self._writing(n, self._send(n, self._attempts[n], data))
-
-    async def _send(self, n: int, attempt: Any, data: bytes) -> None:
-        try:
-            sent = await internals.aio_send(attempt, data)
-        except (asyncio.InvalidStateError, AioRpcError, grpc.aio.UsageError):
-            return  # the attempt ended: its status decides what happens next
-        if sent and self._attempts.get(n) is attempt:
-            self._decide(self._machine.wrote, n, monotonic())
-
-    def _half_close(self, n: int) -> None:
-        self._writing(n, internals.aio_half_close(self._attempts[n]))
-
-    def _writing(self, n: int, coro: Coroutine[Any, Any, None]) -> None:
-        """One write (or half-close) per attempt at a time, as the machine hands them out."""
-        if self._writes is None:
-            self._writes = {}
-        task = self._writes[n] = self._loop.create_task(coro)
-        task.add_done_callback(partial(self._written, n))
-
-    def _written(self, n: int, task: asyncio.Task[Any]) -> None:
-        writes = self._writes
-        if writes is not None and writes.get(n) is task:
-            del writes[n]
 
     def _cancel_attempt(self, n: int) -> None:
         # Forget it first: its done callback, run inline by cancel(), must find it gone. (It is gone already when
         # it ended by someone else's cancel, which ends the call.)
         attempt = self._attempts.pop(n, None)
-        for tasks in (self._watchers, self._writes):
-            if tasks is not None:
-                task = tasks.pop(n, None)
-                if task is not None:
-                    task.cancel()
+        if self._watchers is not None:
+            watcher = self._watchers.pop(n, None)
+            if watcher is not None:
+                watcher.cancel()
         if attempt is not None:
             attempt.cancel()
 
@@ -311,12 +269,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             self._reads = set()
         self._reads.add(n)
         try:
-            if self._method.attempt_streams:
-                message = await _read(attempt)
-            else:  # a stream-unary attempt: its response comes with its end
-                task = internals.aio_unary_task(attempt)
-                await asyncio.wait((task,))
-                message = _EOF if task.cancelled() else task.result()
+            message = await _read(attempt)
         finally:
             grace.cancel()
             self._reads.discard(n)
@@ -332,12 +285,9 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             self._decide(self._machine.headers, n, monotonic())
 
     async def _watch(self, n: int, attempt: Any) -> None:
-        """A hedge: report its first answer, which commits the call, then (a unary response) read the winner's
-        response and report its end."""
+        """A hedge of a response stream: report its first answer, which commits the call, then its end."""
         try:
             await self._first_answer(n, attempt)
-            if self._winner == n and self._attempts.get(n) is attempt:
-                await self._read_response(attempt)
             await attempt.code()
         finally:
             if self._watchers is not None and self._watchers.get(n) is asyncio.current_task():
@@ -377,9 +327,6 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             self._response = response
         self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
 
-    async def _read_response(self, attempt: Any) -> None:  # unary responses: the winner's response
-        pass
-
     # -- ending ---------------------------------------------------------------------------------------------------
 
     def _cancel(self, details: str, code: int = 1) -> bool:
@@ -411,15 +358,13 @@ class _Call(driver.CallDriver, internals.AioCallBase):
                     log.exception("done callback of %r failed", self)
 
     def _stop_tasks(self) -> None:
-        if not self._watchers and not self._writes:
-            return
-        current = asyncio.current_task()
-        for tasks in (self._watchers, self._writes):
-            if tasks:
-                for task in tasks.values():
-                    if task is not current:
-                        task.cancel()
-                tasks.clear()
+        watchers = self._watchers
+        if watchers:
+            current = asyncio.current_task()
+            for watcher in watchers.values():
+                if watcher is not current:
+                    watcher.cancel()
+            watchers.clear()
 
     def _wake_readers(self) -> None:
         changed = self._changed
@@ -504,18 +449,15 @@ class _Call(driver.CallDriver, internals.AioCallBase):
 
     async def wait_for_connection(self) -> None:
         """As grpc.aio: until the call's metadata has gone out; a call that has ended raises as awaiting it would."""
-        await self._until_sent(False)
+        await self._until_sent()
 
-    async def _until_sent(self, any_hedge: bool) -> None:
-        """Until the call's metadata has gone out on the winner, else the attempt in flight (else, `any_hedge`,
-        on any live hedge); a call that has ended raises as awaiting it would."""
+    async def _until_sent(self) -> None:
+        """Until the call's metadata has gone out on the winner, else the attempt in flight; a call that has ended
+        raises as awaiting it would."""
         while not self._done:
             n = self._winner if self._winner >= 0 else self._current
-            if n >= 0:
-                attempt = self._attempts.get(n)
-                live = () if attempt is None or attempt.done() else (attempt,)
-            else:
-                live = tuple(a for a in self._attempts.values() if not a.done()) if any_hedge else ()
+            attempt = self._attempts.get(n) if n >= 0 else None
+            live = () if attempt is None or attempt.done() else (attempt,)
             if not live:
                 await self._next_change()  # an attempt starts, or the machine hears how this one ended
             elif await self._any_sent(live):
@@ -563,29 +505,6 @@ class _UnaryResponse(_Call):
     """Calls with one response (unary-unary, stream-unary)."""
 
     __slots__ = ()
-
-    def _follow(self, n: int, attempt: Any) -> None:
-        internals.aio_unary_task(attempt).add_done_callback(partial(self._unary_done, n, attempt))
-
-    def _unary_done(self, n: int, attempt: Any, task: asyncio.Task[Any]) -> None:
-        if self._attempts.get(n) is not attempt:
-            return
-        response = None
-        if not task.cancelled():
-            error = task.exception()
-            if error is not None:
-                self._refused(error)
-                return
-            response = task.result()
-        if response is not _EOF:
-            self._response = response
-        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
-
-    async def _read_response(self, attempt: Any) -> None:
-        peek, self._peek = self._peek, None
-        response = peek if peek is not None else await internals.aio_unary_task(attempt)
-        if response is not _EOF:
-            self._response = response
 
     def __await__(self) -> Generator[Any, None, Any]:
         if not self._done:  # (a generator, not a coroutine: one frame less per call)
@@ -690,8 +609,7 @@ class _StreamResponse(_Call):
         return Metadata.from_tuple(self._initial)
 
 
-_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen", "_headers_out",
-                         "_deadline_guard")
+_STREAM_REQUEST_SLOTS = ("_serializer", "_iterator_given", "_consumer", "_half_closed", "_ended_unseen", "_headers_out")
 
 
 class _StreamRequest(_Call):
@@ -711,16 +629,34 @@ class _StreamRequest(_Call):
         self._headers_out = False  # the call's metadata has gone out: until then, as on grpc.aio, writes wait for it
         if request_iterator is not None:
             self._consumer = self._loop.create_task(self._consume(request_iterator))
-        # The deadline, seen here as well as by the attempts until one answers. grpc.aio's stream-unary attempt
-        # asks for its status only once its headers came: the deadline that ends it reaches the call through
-        # C-core's threads, grpcio's poller thread and three batches, on a loaded machine a second and more late.
-        self._deadline_guard: Optional[_timers.Entry] = None
         self._begin()
-        if not self._done and machine.deadline != INF:
-            self._deadline_guard = method.timers.arm(machine.deadline, self, True)
         # Ended before the application got the call (failed fast: no backend): grpc.aio's call would still be
         # sending its headers, and its first write() would fail with the call's status, not as "finished".
         self._ended_unseen = self._done
+
+    def _start(self, n: int, address: int, previous: int) -> None:
+        super()._start(n, address, previous)
+        attempt = self._attempts.get(n)
+        if attempt is not None:
+            attempt.on_written = partial(self._wrote, n, attempt)
+            if not self._headers_out:
+                attempt.on_sent = self._attempt_sent
+
+    def _write(self, n: int, data: bytes) -> None:
+        self._attempts[n].write(data)
+
+    def _wrote(self, n: int, attempt: Any) -> None:
+        if self._attempts.get(n) is attempt:
+            self._decide(self._machine.wrote, n, monotonic())
+
+    def _half_close(self, n: int) -> None:
+        self._attempts[n].half_close()
+
+    def _attempt_sent(self) -> None:
+        """An attempt's metadata went out: the application's writes, which waited for it, go."""
+        if not self._headers_out:
+            self._headers_out = True
+            self._wake_readers()
 
     def _queue(self, message: Any) -> None:
         try:
@@ -778,9 +714,8 @@ class _StreamRequest(_Call):
         """grpc.aio's writes wait for the call's metadata to go out (a backend picked), and raise the call's error
         if it ends first: the first write of a call that cannot start fails with its status, and a request
         iterator is not read ahead of the call."""
-        if not self._headers_out:
-            await self._until_sent(True)  # a hedged call's requests must go before any hedge can win
-            self._headers_out = True
+        while not self._headers_out and not self._done:
+            await self._next_change()
         if self._done:
             self._raise_if_failed()
             raise asyncio.InvalidStateError(_FINISHED)
@@ -796,25 +731,7 @@ class _StreamRequest(_Call):
         if not self._half_closed and not self._done:
             self._close_requests()
 
-    def _on_deadline(self) -> None:
-        self._deadline_guard = None
-        for attempt in self._attempts.values():
-            if internals.aio_initial_metadata(attempt):
-                return  # it answered: its status, with its headers, tells how the call ended
-        self._cancel(DEADLINE_DETAILS, _DEADLINE_EXCEEDED)
-
-    def _unguard(self) -> None:
-        guard = self._deadline_guard
-        if guard is not None:
-            self._deadline_guard = None
-            self._method.timers.disarm(guard)
-
-    def _commit(self, n: int) -> None:
-        self._unguard()  # the winner carries the deadline: its status (and headers) say how the call ended
-        super()._commit(n)
-
     def _stop_tasks(self) -> None:
-        self._unguard()
         super()._stop_tasks()
         consumer = self._consumer
         if consumer is not None and not consumer.done() and consumer is not asyncio.current_task():

@@ -36,8 +36,9 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_interceptors", "timers")
-    DIRECT_UNARY = internals.AioUnary
+    DIRECT_UNARY = internals.AioMethod
     RESPONSE_STREAM = internals.AioResponseStream
+    OWN_REQUEST_STREAMS = True
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:

@@ -1,5 +1,5 @@
 """An asyncio channel's call timers (the call machine's one timer per call: the next hedge, a backoff, a deadline
-while no attempt is out; and a request-stream call's deadline guard): a heap, and one asyncio timer for the soonest.
+while no attempt is out): a heap, and one asyncio timer for the soonest.
 
 Most hedged calls arm their hedging timer as they start and disarm it as their first attempt answers. asyncio
 makes a TimerHandle for each and keeps it in its heap until its time (~5% of a hedged call's CPU at one call in
@@ -19,7 +19,7 @@ from typing import Any, List, Optional, cast
 
 log = logging.getLogger("grpc_retry")
 
-Entry = List[Any]  # [when, sequence, the call (None once disarmed or fired), a deadline guard's (bool)]
+Entry = List[Any]  # [when, sequence, the call (None once disarmed or fired)]
 
 _COMPACT_AT = 64  # dead entries kept before the heap is rebuilt without them (when they are most of it)
 
@@ -37,11 +37,11 @@ class CallTimers:
         self._handle_at = 0.0
         self._dead = 0  # disarmed entries still in the heap
 
-    def arm(self, at: float, call: Any, deadline: bool = False) -> Entry:
-        """Call `call._on_timer()` (`deadline`: `call._on_deadline()`) at monotonic time `at` (on `call._loop`);
-        disarm() the entry returned to call it off (nothing happens if it has fired)."""
+    def arm(self, at: float, call: Any) -> Entry:
+        """Call `call._on_timer()` at monotonic time `at` (on `call._loop`); disarm() the entry returned to call
+        it off (nothing happens if it has fired)."""
         self._loop = call._loop
-        entry = [at, next(self._seq), call, deadline]
+        entry = [at, next(self._seq), call]
         heapq.heappush(self._heap, entry)
         if self._handle is None or at < self._handle_at:
             self._wake_at(at)
@@ -82,14 +82,11 @@ class CallTimers:
             if call is None:
                 self._dead -= 1
             else:
-                due.append((call, entry[3]))
+                due.append(call)
         if heap:
             self._wake_at(heap[0][0])
-        for call, deadline in due:  # (what they arm, even due now, waits for the loop's next turn)
+        for call in due:  # (what they arm, even due now, waits for the loop's next turn, as with asyncio's timers)
             try:
-                if deadline:
-                    call._on_deadline()
-                else:
-                    call._on_timer()
+                call._on_timer()
             except Exception:  # a bug: the other calls' timers still fire
                 log.exception("grpc_retry timer callback failed")

@@ -18,9 +18,6 @@ class Call:
         if self.on_fire is not None:
             self.on_fire()
 
-    def _on_deadline(self):
-        self.log.append((self.name + " deadline", time.monotonic()))
-
 
 def run(coroutine):
     return asyncio.run(coroutine)
@@ -41,20 +38,6 @@ def test_timers_fire_in_time_order_and_disarmed_ones_never():
             assert fired >= now + delay
         timers.disarm(entries["a"])  # fired already: nothing happens
         assert entries["off"][2] is None and entries["a"][2] is None  # nothing of the calls is held
-    run(main())
-
-
-def test_a_deadline_guard_calls_on_deadline_and_the_machines_timer_on_timer_in_time_order():
-    async def main():
-        timers = _timers.CallTimers()
-        log = []
-        call = Call(log, "c")
-        now = time.monotonic()
-        timers.arm(now + 0.03, call, True)
-        timers.arm(now + 0.01, call)
-        timers.disarm(timers.arm(now + 0.02, call, True))
-        await asyncio.sleep(0.06)
-        assert [name for name, _ in log] == ["c", "c deadline"]
     run(main())
 
 
