@@ -705,13 +705,23 @@ cdef class CallMachine:
         cdef _Attempt a
         for i in range(len(self._attempts)):
             a = <_Attempt>self._attempts[i]
-            if a.live and not a.writing and not a.closing:
+            if not a.live or a.closing:
+                continue
+            if not a.writing:
                 self._write_to(i, a, out)
+            elif self.half_closed and a.sent + 1 == self.total:
+                # Its last message is going out: the half-close follows it at once (the driver sends it after that
+                # message), not a round trip later.
+                a.closing = True
+                out.append((A_HALF_CLOSE, i))
 
     cdef inline void _write_to(self, int n, _Attempt a, list out) except *:
         if a.sent < self.total:
             a.writing = True
             out.append((A_WRITE, n, a.sent, self._messages[a.sent - self.base]))
+            if self.half_closed and a.sent + 1 == self.total:  # the last message: see _write_more
+                a.closing = True
+                out.append((A_HALF_CLOSE, n))
         elif self.half_closed:
             a.closing = True
             out.append((A_HALF_CLOSE, n))

@@ -150,7 +150,7 @@ class AioAttempt:
     and answers what grpc.aio's channel asks of its calls: done(), cancel(), code(), add_done_callback()."""
 
     __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
-                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_request_stream", "sent",
+                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream", "sent",
                  "on_headers", "on_end", "on_sent", "on_written",
                  "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
 
@@ -171,7 +171,8 @@ class AioAttempt:
         self._request_stream = request is None
         self.sent = False  # a request stream's metadata went out
         self._sending: Optional[_Batch] = None  # a request stream's metadata, going out
-        self._writing: Optional[Tuple[Coroutine[Any, Any, None], asyncio.Future[None], bool]] = None  # (.., a message)
+        self._writing: Optional[_Batch] = None  # ... a message of it
+        self._closing: Optional[_Batch] = None  # ... its half-close (right behind its last message, maybe)
         context = cygrpc.build_census_context()  # grpcio's observability, as its own calls (None without it)
         if context is not None:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
@@ -216,28 +217,32 @@ class AioAttempt:
 
     def write(self, data: bytes) -> None:
         """Send a message of the request stream: `on_written()` once it went (one that fails is not told: the
-        attempt's end is). One write or half-close at a time."""
-        self._send(cygrpc.SendMessageOperation(data, _NO_FLAGS), True)
+        attempt's end is). One message at a time."""
+        self._writing = self._send(cygrpc.SendMessageOperation(data, _NO_FLAGS), self._written)
 
     def half_close(self) -> None:
-        self._send(cygrpc.SendCloseFromClientOperation(_NO_FLAGS), False)
+        """Half-close the request stream, after the messages written (even the one still going out)."""
+        self._closing = self._send(cygrpc.SendCloseFromClientOperation(_NO_FLAGS), self._closed)
 
-    def _send(self, operation: Any, message: bool) -> None:
+    def _send(self, operation: Any, done: Callable[[Any], None]) -> Optional[_Batch]:
         if self._status is not None:
-            return  # ended: the driver hears (or heard) how
+            return None  # ended: the driver hears (or heard) how
         try:
-            batch, future = _start_batch(self._call, (operation,), self._loop)
+            batch = _start_batch(self._call, (operation,), self._loop)
         except cygrpc.ExecuteBatchError:
-            return  # C-core refused it: the call is over, and its status says how
-        self._writing = batch, future, message
-        future.add_done_callback(self._written)
+            return None  # C-core refused it: the call is over, and its status says how
+        batch[1].add_done_callback(done)
+        return batch
 
     def _written(self, _: Any) -> None:
         writing, self._writing = self._writing, None
-        if writing is None:
-            return  # cancelled meanwhile: it ended then
-        if _finish_batch(writing[0]) and writing[2] and self.on_written is not None:
-            self.on_written()
+        if writing is not None and _finish_batch(writing[0]) and self.on_written is not None:
+            self.on_written()  # (None: cancelled meanwhile, it ended then)
+
+    def _closed(self, _: Any) -> None:
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            _finish_batch(closing[0])  # (one that failed: the attempt's end says how)
 
     def _headers_done(self, _: Any) -> None:
         first, self._first = self._first, None
@@ -291,7 +296,8 @@ class AioAttempt:
         closed, and a batch whose future is cancelled completes into nothing (as grpc.aio's, once its task is
         cancelled)."""
         for batch, done in ((self._first, self._headers_done), (self._last, self._end_done),
-                            (self._sending, self._sent_done), (self._writing, self._written)):
+                            (self._sending, self._sent_done), (self._writing, self._written),
+                            (self._closing, self._closed)):
             if batch is not None:
                 future = batch[1]
                 if not future.done():
@@ -300,7 +306,7 @@ class AioAttempt:
                 elif not future.cancelled():
                     future.exception()  # failed as the call was cancelled, its callback not yet run: nothing to tell
                 batch[0].close()
-        self._first = self._sending = self._writing = None
+        self._first = self._sending = self._writing = self._closing = None
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, None
