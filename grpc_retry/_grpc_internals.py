@@ -14,7 +14,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Coroutine, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Tuple, cast
 
 import grpc
 from grpc import _channel, _compression, _observability, aio
@@ -510,6 +510,52 @@ def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], met
     if state.code is grpc.StatusCode.OK:
         state.response = message.message()
     return SyncEnded(state)
+
+
+_BYTES: Any = None  # grpcio's "serializer" of requests that are bytes already
+
+
+class SyncBlockingRequestStream:
+    """A blocking stream-unary attempt: grpcio's blocking stream-unary call (a call of its own queue, whose events
+    run() takes on the caller's thread, and grpcio's thread consuming the request iterator), made here so that
+    the driver can cancel it from another thread. Its `_state` is grpcio's call state. Raises as it is made what
+    grpcio raises for a call it cannot start."""
+
+    __slots__ = ("_state", "_call", "_requests", "_deadline")
+
+    def __init__(self, m: Any, requests: Iterator[bytes], *, timeout: Optional[float], metadata: Any,
+                 credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> None:
+        state = self._state = _channel._RPCState(_channel._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
+        state.rpc_start_time = time.perf_counter()  # what grpcio's event handling reads, as its own call sets it
+        state.method, state.target = _decode(m._method), _decode(m._target)
+        augmented = _compression.augment_metadata(metadata, compression)
+        self._requests = requests
+        self._deadline = None if timeout is None else time.time() + timeout
+        self._call = m._channel.segregated_call(
+            _PROPAGATE_DEFAULTS, m._method, None, _channel._determine_deadline(self._deadline), augmented,
+            None if credentials is None else credentials._credentials,
+            _channel._stream_unary_invocation_operations_and_tags(augmented, _WAIT_FOR_READY[wait_for_ready]),
+            m._context, m._registered_call_handle)
+
+    def run(self) -> grpc.Call:
+        """(The caller's thread.) Until it has ended, as grpcio's blocking call waits; then the call grpcio's
+        with_call() would give (its state is the attempt's)."""
+        state, call = self._state, self._call
+        _channel._consume_request_iterator(self._requests, state, call, _BYTES, None)
+        while True:
+            event = call.next_event()
+            with state.condition:
+                _channel._handle_event(event, state, None)
+                state.condition.notify_all()
+                if not state.due:
+                    return cast(grpc.Call, _channel._MultiThreadedRendezvous(state, call, None, self._deadline))
+
+    def cancel(self) -> bool:
+        with self._state.condition:
+            if self._state.code is not None:
+                return False
+        self._call.cancel(cygrpc.StatusCode.cancelled, _LOCALLY_CANCELLED)  # its batches end: run() returns
+        return True
 
 
 def _read_status(state: _AttemptState, status: Any) -> None:
