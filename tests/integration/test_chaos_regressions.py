@@ -264,11 +264,12 @@ async def test_asyncio_a_stream_unary_call_ends_at_its_deadline_on_a_lagging_loo
     were grpc.aio's stream-unary calls, which ask for their status only once the response headers came: the
     deadline reached the call through C-core's threads, grpcio's poller thread and three batches one after
     another, each a wait for a thread or the loop. An attempt now has its status batch in flight from its start.
-    Here grpc.aio's own call takes 7 turns; grpc_retry's the turn the poller hands C-core's completion to, the
-    one its done callback ends the call in, the awaiting task's, and asyncio.wait_for's."""
+    Here grpc.aio's own call takes 7 turns; grpc_retry's 4 (rarely 5, the poller thread's hand-off a turn late):
+    the turn the poller hands C-core's completion to, the one its done callback ends the call in, the awaiting
+    task's, and asyncio.wait_for's."""
     config = POLICIES[policy]
     options = [] if config is None else [("grpc.service_config", config)]
     grpcio_turns = await _turns_past_deadline(lambda target: grpc.aio.insecure_channel(target, options=options))
     turns = await _turns_past_deadline(lambda target: grpc_retry.aio.insecure_channel(target, options=options))
-    assert 0 <= turns <= 4, turns
+    assert 0 <= turns <= 5, turns
     assert turns < grpcio_turns, (turns, grpcio_turns)
