@@ -35,15 +35,17 @@ def aio_working_loop() -> asyncio.AbstractEventLoop:
 
 def aio_status(attempt: Any) -> Optional[Any]:
     """An ended attempt's status (code(), details(), trailing_metadata(), debug_error_string()), or None."""
-    return attempt._cython_call._status
+    return attempt._status
 
 
 def aio_initial_metadata(attempt: Any) -> Tuple[Tuple[str, Any], ...]:
-    return attempt._cython_call._initial_metadata or ()
+    metadata: Tuple[Tuple[str, Any], ...] = attempt._initial_metadata or ()
+    return metadata
 
 
 def aio_locally_cancelled(attempt: Any) -> bool:
-    return bool(attempt._cython_call.is_locally_cancelled())
+    cancelled: bool = attempt._locally_cancelled
+    return cancelled
 
 
 # Every asyncio attempt is made on grpc.aio's Cython call directly: no grpc.aio call object and no task, only the
@@ -146,8 +148,8 @@ class AioAttempt:
     `on_sent()` once its metadata went out and `on_written()` once a message written went. With a response stream,
     read() reads its messages; it is then followed by its done callbacks.
     Building its batches may raise (metadata grpcio cannot send): grpc.aio would raise that from the call.
-    It keeps its own status and headers, where the driver reads a grpc.aio call's (`_cython_call` is itself),
-    and answers what grpc.aio's channel asks of its calls: done(), cancel(), code(), add_done_callback()."""
+    It keeps its own status and headers (aio_status(), aio_initial_metadata()), and answers what grpc.aio's channel
+    asks of its calls: done(), cancel(), code(), add_done_callback()."""
 
     __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
                  "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream", "sent",
@@ -200,10 +202,6 @@ class AioAttempt:
         else:
             self._last = _start_batch(call, sending + (headers,) + response, loop)
         self._last[1].add_done_callback(self._end_done)
-
-    @property
-    def _cython_call(self) -> AioAttempt:
-        return self
 
     def _sent_done(self, _: Any) -> None:
         sending, self._sending = self._sending, None

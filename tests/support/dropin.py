@@ -18,5 +18,13 @@ def side_by_side(scenario: Callable[[Callable[..., Any], Backend], Any], ours: C
         finally:
             backend.stop()
     expected, observed = results
-    assert observed == expected
+    assert observed == expected, _differences(expected, observed)
     return observed
+
+
+def _differences(expected: Any, observed: Any) -> str:
+    """Where a list of observations differs (pytest shows no diff for an assertion outside a test module)."""
+    if isinstance(expected, list) and isinstance(observed, list) and len(expected) == len(observed):
+        return "\n".join(f"#{i}: grpcio {e!r}\n    ours   {o!r}"
+                         for i, (e, o) in enumerate(zip(expected, observed, strict=True)) if e != o)
+    return f"grpcio {expected!r}\nours   {observed!r}"
