@@ -15,8 +15,9 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
   them); the other points have telemetry off, as by default.
 - `unary_otel_own`: the unary point with providers that switch grpc_retry's telemetry on but hand out the API's
-  no-op meter and tracer; `own_share_us` is its CPU per call over the same channel's with telemetry off:
-  grpc_retry's own share of the cost of telemetry, without the SDK's.
+  no-op meter and spans that are recorded but keep nothing; `own_share_us` is its CPU per call over the same
+  channel's with telemetry off, whose calls carry a trace context header of the same length (its transport is
+  grpcio's cost for any traced call): grpc_retry's own share of the cost of telemetry, without the SDK's.
 - `channel_first_call`: wall time to make a channel and have its first call answered, 1 and 300 addresses,
   grpc_retry's over grpcio's (medians of alternating tries).
 
@@ -186,15 +187,22 @@ def _points(port: int) -> Dict[str, dict]:
         points["unary_otel"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, otel)}
     own = otel_own_options()
     if own:
+        # The calls with telemetry off carry a trace context header as long as the one grpc_retry then adds:
+        # what that header costs grpcio's transport is every traced call's, not grpc_retry's own.
         points["unary_otel_own"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []),
-                                    "ours": (one, RETRY_CONFIG, own), "ours_telemetry_off": (one, RETRY_CONFIG, [])}
+                                    "ours": (one, RETRY_CONFIG, own), "ours_telemetry_off": (one, RETRY_CONFIG, []),
+                                    "metadata": {"ours_telemetry_off": TRACE_HEADER}}
     return points
+
+
+TRACE_HEADER = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
 
 
 def otel_own_options() -> list:
     """Providers that turn grpc_retry's metrics and spans on (they are not OpenTelemetry's no-op ones, which
-    turn them off) but hand out the API's no-op meter and tracer: what is left is grpc_retry's own work per call,
-    plus the API's no-op calls ([] without opentelemetry-api)."""
+    turn them off) but hand out the API's no-op meter and a tracer of spans that are recorded (sampled) and keep
+    nothing: what is left is grpc_retry's own work per call, with the API's propagator and no-op calls
+    ([] without opentelemetry-api)."""
     try:
         from opentelemetry import metrics, trace
     except ImportError:
@@ -204,9 +212,22 @@ def otel_own_options() -> list:
         def get_meter(self, name, *args, **kwargs):
             return metrics.NoOpMeter(name)
 
+    # Spans that say they record (as a sampled SDK span does: grpc_retry then fills them in) but keep nothing,
+    # with a valid context (as the SDK's: its trace context goes on the wire).
+    context = trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False,
+                                trace.TraceFlags(trace.TraceFlags.SAMPLED))
+
+    class Recorded(trace.NonRecordingSpan):
+        def is_recording(self):
+            return True
+
+    class Tracer(trace.NoOpTracer):
+        def start_span(self, *args, **kwargs):
+            return Recorded(context)
+
     class Tracers(trace.TracerProvider):
         def get_tracer(self, *args, **kwargs):
-            return trace.NoOpTracer()
+            return Tracer()
 
     return [("grpc_retry.meter_provider", Meters()), ("grpc_retry.tracer_provider", Tracers())]
 
@@ -214,7 +235,7 @@ def otel_own_options() -> list:
 # -- asyncio ----------------------------------------------------------------------------------------------------
 
 
-def _aio_one(channel, kind: str):
+def _aio_one(channel, kind: str, metadata=None):
     if kind == "client_stream":
         client_stream = channel.stream_unary(CLIENT_STREAM)
 
@@ -231,7 +252,7 @@ def _aio_one(channel, kind: str):
     unary = channel.unary_unary(UNARY)
 
     async def one_unary():
-        return await unary(PAYLOAD)
+        return await unary(PAYLOAD, metadata=metadata)
     return one_unary
 
 
@@ -262,9 +283,10 @@ def _aio_points(loop: asyncio.AbstractEventLoop, port: int, calls: int, rounds: 
         if not wanted(f"aio_{name}"):
             continue
         channels = {run: loop.run_until_complete(_make(lambda run=run, p=point[run]: _aio_channel(run, *p)))
-                    for run in point if run != "kind"}
+                    for run in point if run not in ("kind", "metadata")}
+        metadata = point.get("metadata", {})
         results[f"aio_{name}"] = {str(inflight): _compare(
-            {run: _aio_runner(loop, _aio_one(channel, point["kind"]), calls, inflight)
+            {run: _aio_runner(loop, _aio_one(channel, point["kind"], metadata.get(run)), calls, inflight)
              for run, channel in channels.items()}, calls, rounds) for inflight in inflights}
         for channel in channels.values():
             loop.run_until_complete(channel.close())
@@ -278,7 +300,7 @@ async def _make(make):
 # -- sync -------------------------------------------------------------------------------------------------------
 
 
-def _sync_one(channel, kind: str):
+def _sync_one(channel, kind: str, metadata=None):
     if kind == "client_stream":
         client_stream = channel.stream_unary(CLIENT_STREAM)
 
@@ -292,7 +314,8 @@ def _sync_one(channel, kind: str):
             for _ in stream(request):
                 pass
         return one_stream
-    return channel.unary_unary(UNARY)
+    unary = channel.unary_unary(UNARY)
+    return unary if metadata is None else lambda request: unary(request, metadata=metadata)
 
 
 def _sync_runner(method, calls: int, inflight: int) -> Callable[[], None]:
@@ -326,9 +349,10 @@ def _sync_points(port: int, calls: int, rounds: int, inflights: List[int], wante
     for name, point in _points(port).items():
         if not wanted(f"sync_{name}"):
             continue
-        channels = {run: _sync_channel(run, *point[run]) for run in point if run != "kind"}
+        channels = {run: _sync_channel(run, *point[run]) for run in point if run not in ("kind", "metadata")}
+        metadata = point.get("metadata", {})
         results[f"sync_{name}"] = {str(inflight): _compare(
-            {run: _sync_runner(_sync_one(channel, point["kind"]), calls, inflight)
+            {run: _sync_runner(_sync_one(channel, point["kind"], metadata.get(run)), calls, inflight)
              for run, channel in channels.items()}, calls, rounds) for inflight in inflights}
         for channel in channels.values():
             channel.close()

@@ -1,0 +1,117 @@
+"""The trace context each attempt carries: exactly what the process's OpenTelemetry propagator writes for the
+attempt's span (grpc_retry writes the default propagator's W3C headers itself, without its contexts)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Optional
+
+import pytest
+from opentelemetry import baggage, context, propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.propagators.textmap import TextMapPropagator
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import TraceState
+from test_machine import machine
+
+from grpc_retry._telemetry import CallTelemetry, Telemetry
+
+
+def started_call(tracer_provider: Any) -> CallTelemetry:
+    """A call whose first attempt has started, telemetry on (spans)."""
+    telemetry = Telemetry("127.0.0.1:1", None, None, tracer_provider)
+    m = machine()
+    call = telemetry.observe("/echo.Echo/Unary", m, ["ipv4:127.0.0.1:1"])
+    assert call is not None
+    m.start(0.0, b"x")
+    call.flush()
+    return call
+
+
+def propagated(call: CallTelemetry, n: int = 0) -> Dict[str, str]:
+    """What the global propagator itself writes for attempt n's span."""
+    carrier: Dict[str, str] = {}
+    span = call._attempt_spans[n]
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+class TraceStated(trace.NonRecordingSpan):
+    """A span whose context carries a tracestate (as one continued from a caller's would)."""
+
+    def is_recording(self) -> bool:
+        return True
+
+
+class TraceStateTracer(trace.NoOpTracer):
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        return TraceStated(trace.SpanContext(0x1234, 0x5678, False, trace.TraceFlags(1),
+                                             TraceState([("vendor", "value"), ("other", "x")])))
+
+
+class TraceStateTracers(trace.TracerProvider):
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return TraceStateTracer()
+
+
+class Custom(TextMapPropagator):
+    """A propagator of the application's own (B3-like)."""
+
+    def inject(self, carrier: Any, context: Optional[context.Context] = None, setter: Any = None) -> None:
+        span_context = trace.get_current_span(context).get_span_context()
+        carrier["x-trace"] = f"{span_context.trace_id:x}:{span_context.span_id:x}"
+
+    def extract(self, carrier: Any, context: Optional[context.Context] = None, getter: Any = None) -> Any:
+        return context
+
+    @property
+    def fields(self) -> set[str]:
+        return {"x-trace"}
+
+
+@pytest.fixture
+def global_textmap() -> Iterator[None]:
+    before = propagate.get_global_textmap()
+    yield
+    propagate.set_global_textmap(before)
+
+
+def test_the_default_propagator_s_headers_for_each_attempt() -> None:
+    call = started_call(TracerProvider())
+    wire = call.wire_context(0)
+    assert dict(wire) == propagated(call) and [key for key, _ in wire] == ["traceparent"]
+    span_context = call._attempt_spans[0].get_span_context()
+    assert wire[0][1] == f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+    assert call.wire_context(1) == ()  # no such attempt
+
+
+def test_a_tracestate_goes_with_it() -> None:
+    call = started_call(TraceStateTracers())
+    wire = call.wire_context(0)
+    assert dict(wire) == propagated(call) == {"traceparent": "00-" + "0" * 28 + "1234-" + "0" * 12 + "5678-01",
+                                              "tracestate": "vendor=value,other=x"}
+
+
+def test_baggage_in_the_caller_s_context_goes_too() -> None:
+    token = context.attach(baggage.set_baggage("tenant", "a b"))
+    try:
+        call = started_call(TracerProvider())
+        wire = dict(call.wire_context(0))
+        assert wire == propagated(call) and wire["baggage"] == "tenant=a+b"
+    finally:
+        context.detach(token)
+
+
+def test_an_application_s_propagator_is_the_one_used(global_textmap: None) -> None:
+    propagate.set_global_textmap(Custom())
+    call = started_call(TracerProvider())
+    wire = dict(call.wire_context(0))
+    assert list(wire) == ["x-trace"] and wire == propagated(call)
+    propagate.set_global_textmap(propagate.get_global_textmap())  # the same one again
+    assert dict(started_call(TracerProvider()).wire_context(0)).keys() == {"x-trace"}
+    propagate.set_global_textmap(CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()]))
+    assert dict(started_call(TracerProvider()).wire_context(0)).keys() == {"traceparent"}  # changed: seen
+    propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()]))
+    call = started_call(TracerProvider())
+    assert dict(call.wire_context(0)) == propagated(call)  # not the default's order: the propagator's own
