@@ -252,8 +252,11 @@ def _aio_one(channel, kind: str, metadata=None):
     unary = channel.unary_unary(UNARY)
 
     async def one_unary():
+        return await unary(PAYLOAD)
+
+    async def one_unary_with_metadata():
         return await unary(PAYLOAD, metadata=metadata)
-    return one_unary
+    return one_unary if metadata is None else one_unary_with_metadata
 
 
 def _aio_runner(loop: asyncio.AbstractEventLoop, one, calls: int, inflight: int) -> Callable[[], None]:

@@ -209,7 +209,7 @@ class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
-                 "_baggage", "_textmap", "_default_textmap", "_methods")
+                 "_baggage", "_textmap", "_methods")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -221,8 +221,7 @@ class Telemetry:
         self._trace_api: Any = None
         self._propagate: Any = None
         self._baggage: Any = None
-        self._textmap: Any = None   # the propagator last seen, and whether it is the default one
-        self._default_textmap = False
+        self._textmap: Tuple[Any, bool] = (None, False)  # the propagator last seen, and whether it is the default
         # method -> its span name, span attributes, metric labels and (per status code, filled as they come) the
         # duration's labels, made once (each call would make them anew)
         self._methods: Dict[str, _MethodLabels] = {}
@@ -249,16 +248,17 @@ class Telemetry:
         """Whether the process's propagator is OpenTelemetry's default (W3C trace context, then W3C baggage) and
         the current context has no baggage: the trace context is then all it would write."""
         textmap = self._propagate.get_global_textmap()
-        if textmap is not self._textmap:
+        seen, default = self._textmap
+        if textmap is not seen:
             from opentelemetry.baggage.propagation import W3CBaggagePropagator
             from opentelemetry.propagators.composite import CompositePropagator
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
             parts = getattr(textmap, "_propagators", None) if type(textmap) is CompositePropagator else None
-            self._textmap = textmap
-            self._default_textmap = parts is not None and [type(part) for part in parts] == [
+            default = parts is not None and [type(part) for part in parts] == [
                 TraceContextTextMapPropagator, W3CBaggagePropagator]
-        return self._default_textmap and not self._baggage.get_all()
+            self._textmap = (textmap, default)  # one assignment: calls on other threads see both or neither
+        return default and not self._baggage.get_all()
 
     def method(self, method: str) -> _MethodLabels:
         """A method's span name, span attributes, metric labels and duration labels per status code (not to be
