@@ -965,6 +965,11 @@ def sync_response(call: Any) -> Any:
     return call._state.response
 
 
+def sync_set_response(call: Any, response: Any) -> None:
+    """A sync attempt that ended OK, whose result() is then `response` (its attempts carry bytes)."""
+    call._state.response = response
+
+
 def new_sync_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
                      compression: Optional[grpc.Compression]) -> grpc.Channel:
     """A subchannel: grpcio's own sync channel class, made as grpc.insecure_channel / secure_channel make it —

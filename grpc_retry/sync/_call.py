@@ -88,7 +88,12 @@ class _Attempts(CallDriver):
                 self._error = local_error(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
                 return
         self._response = response
-        self._final = call if trailing is None or previous == 0 else FinishedCall(call, trailing, response)
+        if trailing is not None and previous > 0:
+            self._final = FinishedCall(call, trailing, response)
+        else:
+            self._final = call
+            if response is not None and call is not None and self._method.deserializer is not None:
+                internals.sync_set_response(call, response)  # its result(), as grpcio's: the response, deserialized
 
     def _local(self, code: int, details: str) -> None:
         self._error = local_error(*local_status(code, details, self._method.subchannels))

@@ -80,6 +80,21 @@ def streams(make, backend) -> Any:
                 future.result(timeout=5), bidi)
 
 
+def with_call_with_a_deserializer(make, backend) -> Any:
+    """The call with_call() gives answers as the call did: its result() is the deserialized response too."""
+    backend.script(UNARY, Step(trailing=TRAILERS))
+    with make(backend.target) as channel:
+        seen = []
+        for method, request in ((channel.unary_unary(UNARY, response_deserializer=lambda b: ("d", b)), b"u"),
+                                (channel.stream_unary(CLIENT_STREAM, response_deserializer=lambda b: ("d", b)),
+                                 iter([b"s", b"t"]))):
+            response, call = method.with_call(request, timeout=5)
+            seen.append((response, call.result(), call.result(timeout=1), call.exception(), call.done(),
+                         call.running(), call.cancelled(), call.is_active(), call.code(),
+                         tuple(call.trailing_metadata())))
+        return seen
+
+
 def a_response_stream_is_sent_at_creation(make, backend) -> Any:
     with make(backend.target) as channel:
         stream = channel.unary_stream(SERVER_STREAM)(b"s", timeout=5)
@@ -125,7 +140,8 @@ def metadata_and_compression(make, backend) -> Any:
                 outcome(lambda: method(b"z", compression=grpc.Compression.Gzip, timeout=5)))
 
 
-@pytest.mark.parametrize("scenario", [unary_results, future_results, streams, a_response_stream_is_sent_at_creation,
+@pytest.mark.parametrize("scenario", [unary_results, future_results, streams, with_call_with_a_deserializer,
+                                      a_response_stream_is_sent_at_creation,
                                       a_request_iterator_that_is_not_iterable, cancel_and_deadline, time_remaining,
                                       metadata_and_compression], ids=lambda f: f.__name__)
 def test_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
