@@ -3,14 +3,15 @@ calls on subchannels, carrying bytes.
 
 One lock per call: events are decided under it, and the actions they bring are performed outside it, in order,
 by whichever thread brought them (grpc-java's RetriableStream shape). A blocking unary call runs its attempts
-inline on the caller's thread. Futures and response iterators progress on grpc's done callbacks, the shared timer
-thread and subchannel listeners; nothing here ever calls a grpcio method that can block from grpcio's own thread
-(an ended attempt's status is read from its state). A hedged unary attempt reports its headers and its end from
-grpcio's spin thread (internals.SyncHeadersFirst), or, in a blocking call, from the caller's thread, which polls
-it as it waits (polled_result); another hedge's first answer needs a blocking read, so it is
-watched from one of its channel's worker threads until it answers or ends; whoever reads a response stream
-reads the attempt. Closing the channel ends every call: through the subchannels' close, as grpcio's close ends
-its own calls, for attempts in flight; with grpcio's "Channel closed!" for calls in backoff or waiting.
+inline on the caller's thread, and so does a blocking stream-unary call (sync/_request_stream.py). Futures and
+response iterators progress on grpc's done callbacks, the shared timer thread and subchannel listeners; nothing
+here ever calls a grpcio method that can block from grpcio's own thread (an ended attempt's status is read from
+its state). A hedged unary attempt reports its headers and its end from grpcio's spin thread
+(internals.SyncHeadersFirst), or, in a blocking call, from the caller's thread, which polls it as it waits
+(polled_result); another hedge's first answer needs a blocking read, so it is watched from one of its channel's
+worker threads until it answers or ends; whoever reads a response stream reads the attempt. Closing the channel
+ends every call: through the subchannels' close, as grpcio's close ends its own calls, for attempts in flight;
+with grpcio's "Channel closed!" for calls in backoff or waiting.
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                 compression: Any, polled: bool = False, inline: Any = None, blocking_attempts: bool = False) -> None:
+                 compression: Any, polled: bool = False, inline: Any = None) -> None:
         if inline is None:
             super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                              request_iterator is not None)
@@ -236,12 +237,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         # from grpcio's spin thread. `_poller`: an attempt is made (or being made) for it, and not yet polled.
         self._polled = polled
         self._blocking = polled  # nothing sees the call before it ends: see _headers_came
-        # A blocking call with a request stream, unhedged: each attempt is grpcio's blocking call, run by the
-        # caller's thread (blocking_result), which takes its events off that call's own queue as grpcio's blocking
-        # call does: no spin thread started and ended with each call that overlaps no other (grpcio's future).
-        # `_due`: the attempt the machine started, for the caller to make.
-        self._blocking_attempts = blocking_attempts
-        self._due: Optional[Tuple[int, Any, Any, Dict[str, Any]]] = None
         self._poller = False
         self._unpolled: Any = None
         self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended
@@ -393,13 +388,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
-            if self._blocking_attempts:
-                with self._lock:
-                    if n in self._live:
-                        self._due = n, inner, payload, kwargs
-                        self._current = n
-                        self._changed.notify_all()
-                return
             if method.headers_first:  # a hedged unary attempt that reports itself (see polled_result)
                 call = inner(payload, on_headers=partial(self._headers_came, n),
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
@@ -868,34 +856,6 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                         self._poller = False
         except BaseException:
             self._abandon()
-            raise
-        return self.result()
-
-    def blocking_result(self) -> Any:
-        """(A blocking call with blocking attempts: its caller.) Make each attempt the machine starts, as grpcio's
-        blocking call, on this thread, and report its end, until the call has ended; then the result.
-        Interrupted, the call is cancelled (grpcio's blocking call cancels its own), and the exception goes on."""
-        lock = self._lock
-        try:
-            while True:
-                with lock:
-                    while self._due is None and not self._finished:
-                        self._changed.wait()
-                    due, self._due = self._due, None
-                if due is None:
-                    break
-                n, inner, payload, kwargs = due
-                try:
-                    with lock:  # made and known at once: a cancel meanwhile finds it
-                        if n not in self._live:
-                            continue  # cancelled before it was made
-                        attempt = self._attempts[n] = internals.SyncBlockingRequestStream(inner, payload, **kwargs)
-                except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
-                    self._not_started(error)
-                    continue
-                self._ended(n, attempt.run())
-        except BaseException:
-            self.cancel()
             raise
         return self.result()
 

@@ -20,6 +20,7 @@ from grpc_retry._method import Compression, Credentials, Deserializer, Metadata,
 from grpc_retry._options import OptionsType
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._hedged import HedgedBlockingCall
+from grpc_retry.sync._request_stream import BlockingStreamCall
 from grpc_retry.sync._status import local_error
 from grpc_retry.sync._workers import Workers
 
@@ -50,15 +51,14 @@ class _MultiCallable(Method):
 
     def _call(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
               metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
-              compression: Compression, blocking_attempts: bool = False) -> Call:
-        """The non-blocking call object (a future; for response streams, also the iterator); `blocking_attempts`:
-        see `Call`."""
+              compression: Compression) -> Call:
+        """The non-blocking call object (a future; for response streams, also the iterator)."""
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         machine = self._machine(timeout, wait_for_ready, request_iterator is None)
         cls: Type[Call] = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
-                   wait_for_ready, compression, blocking_attempts=blocking_attempts)
+                   wait_for_ready, compression)
 
     def _blocking(self, request: Optional[bytes], request_iterator: Optional[Iterator[Any]], timeout: Optional[float],
                   metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
@@ -78,12 +78,11 @@ class _MultiCallable(Method):
             # Its attempts are grpcio's blocking calls, run on this thread (grpcio's future starts and ends the
             # spin thread with each call that overlaps no other: ~50% more CPU a call, one at a time). (grpcio's
             # own call layer, whose calls its observability plugin records, while that is registered.)
-            call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
-                              True)
-            response = call.blocking_result()
-        else:
-            call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
-            response = call.result()
+            machine = self._machine(timeout, wait_for_ready, False)
+            return BlockingStreamCall(self, machine, request_iterator, self._serializer, metadata, credentials,
+                                      wait_for_ready, compression).run(with_call)
+        call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+        response = call.result()
         return (response, call) if with_call else response
 
 

@@ -1,0 +1,116 @@
+"""A blocking stream-unary call (`__call__`, `with_call`) on the sync channel: its caller's thread runs each
+attempt as grpcio's blocking call; grpcio's thread consuming the attempt's requests pulls the application's
+messages. What only this shape has to get right: the caller woken when that other thread ends the call, the
+channel's close during backoff, an interrupt, an iterator that fails while a retry is due."""
+
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+from support.backend import CLIENT_STREAM, Step, fail
+from support.clients import retry_options, retry_policy
+
+import grpc_retry
+
+SLOW_RETRY = retry_policy(max_attempts=3, initial="20s", maximum="20s")  # a retry that never comes in a test
+
+
+def _requests(first: bytes, gate: threading.Event, then: bytes):
+    yield first
+    gate.wait(10)
+    yield then
+
+
+def _in_backoff(channel) -> threading.Event:
+    """An event set once a call of the channel waits out its backoff (no event of grpc_retry's says so)."""
+    event = threading.Event()
+
+    def watch():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(call._machine.state_name == "BACKOFF" for call in list(channel._state.calls)):
+                break
+            time.sleep(0.005)
+        event.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return event
+
+
+def test_an_overflow_while_in_backoff_ends_the_call_with_the_last_status_at_once(backend):
+    # The first attempt fails after one message; the application's next message comes while the call waits out
+    # its backoff (20 s), and overflows the buffer: no attempt may follow, and the call ends then.
+    backend.script(CLIENT_STREAM, fail(details="first", read=1))
+    options = retry_options(SLOW_RETRY, options=[("grpc.per_rpc_retry_buffer_size", 16)])
+    with grpc_retry.insecure_channel(backend.target, options=options) as channel:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.stream_unary(CLIENT_STREAM)(_requests(b"a", _in_backoff(channel), b"b" * 64), timeout=30)
+        assert time.monotonic() - started < 5
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and raised.value.details() == "first"
+    assert len(backend.attempts_of(CLIENT_STREAM)) == 1
+
+
+def test_a_failing_iterator_while_in_backoff_ends_the_call_at_once(backend):
+    backend.script(CLIENT_STREAM, fail(read=1))
+
+    def requests(in_backoff):
+        yield b"a"
+        in_backoff.wait(10)
+        raise RuntimeError("the application's iterator fails")
+
+    with grpc_retry.insecure_channel(backend.target, options=retry_options(SLOW_RETRY)) as channel:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.stream_unary(CLIENT_STREAM).with_call(requests(_in_backoff(channel)), timeout=30)
+        assert time.monotonic() - started < 5
+    assert raised.value.code() == grpc.StatusCode.UNKNOWN
+    assert raised.value.details() == "Exception iterating requests!"  # grpcio's words
+    assert len(backend.attempts_of(CLIENT_STREAM)) == 1
+
+
+def test_the_channels_close_ends_a_call_in_backoff(backend):
+    backend.script(CLIENT_STREAM, fail())
+    channel = grpc_retry.insecure_channel(backend.target, options=retry_options(SLOW_RETRY))
+    box: dict = {}
+
+    def call():
+        try:
+            channel.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=30)
+        except grpc.RpcError as error:
+            box["error"] = error
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    assert _in_backoff(channel).wait(10)
+    channel.close()
+    caller.join(5)
+    assert not caller.is_alive(), "the call waited out its backoff after the channel closed"
+    assert box["error"].code() == grpc.StatusCode.CANCELLED and box["error"].details() == "Channel closed!"
+
+
+def test_an_interrupted_call_cancels_its_attempt_and_the_next_call_works(backend):
+    # A signal's exception in the caller while it waits for the attempt (grpcio checks for signals as it waits).
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    backend.script(CLIENT_STREAM, Step(wait=0))  # held until cancelled
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with grpc_retry.insecure_channel(backend.target, options=retry_options()) as channel:
+            method = channel.stream_unary(CLIENT_STREAM)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Interrupted):
+                method(iter([b"a", b"b"]), timeout=20)
+            (held,) = backend.wait_ended(CLIENT_STREAM, 1, timeout=5)
+            assert held.cancelled
+            assert method(iter([b"c", b"d"]), timeout=10) == b"c|d"
+            assert len(channel._state.calls) == 0  # nothing of the interrupted call stays with the channel
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
