@@ -10,6 +10,7 @@ good (the headers it waits for are delivered by that very thread); so the driver
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -515,9 +516,11 @@ _BYTES: Any = None  # grpcio's "serializer" of requests that are bytes already
 
 class SyncBlockingRequestStream:
     """A blocking stream-unary attempt: grpcio's blocking stream-unary call (a call of its own queue, whose events
-    run() takes on the caller's thread, and grpcio's thread consuming the request iterator), made here so that
-    the driver can cancel it from another thread. Its `_state` is grpcio's call state. Raises as it is made what
-    grpcio raises for a call it cannot start."""
+    run() takes on the caller's thread), made here so that the driver can cancel it from another thread. Its
+    requests are sent, one at a time as grpcio sends them, by a worker thread of the channel's (a thread kept
+    for the next attempt, where grpcio starts and ends a thread per call: ~a fifth of its CPU a call, one call at
+    a time) — or by grpcio's own thread where grpcio's fork support is on (its threads are counted for a fork).
+    Its `_state` is grpcio's call state. Raises as it is made what grpcio raises for a call it cannot start."""
 
     __slots__ = ("_state", "_call", "_requests", "_deadline")
 
@@ -535,11 +538,17 @@ class SyncBlockingRequestStream:
             _channel._stream_unary_invocation_operations_and_tags(augmented, _WAIT_FOR_READY[wait_for_ready]),
             m._context, m._registered_call_handle)
 
-    def run(self) -> grpc.Call:
+    def run(self, workers: Any) -> grpc.Call:
         """(The caller's thread.) Until it has ended, as grpcio's blocking call waits; then the call grpcio's
-        with_call() would give (its state is the attempt's)."""
+        with_call() would give (its state is the attempt's). `workers`: where its requests are sent from."""
         state, call = self._state, self._call
-        _channel._consume_request_iterator(self._requests, state, call, _BYTES, None)
+        try:
+            if cygrpc.is_fork_support_enabled():
+                raise RuntimeError("grpcio's fork support counts its own threads")
+            # (In a context of its own, as a new thread's: nothing of one call's iterator is seen by the next.)
+            workers.submit(contextvars.Context().run, _send_requests, self._requests, state, call)
+        except RuntimeError:  # (or the channel has closed meanwhile: its close ends the attempt)
+            _channel._consume_request_iterator(self._requests, state, call, _BYTES, None)
         while True:
             event = call.next_event()
             with state.condition:
@@ -554,6 +563,35 @@ class SyncBlockingRequestStream:
                 return False
         self._call.cancel(cygrpc.StatusCode.cancelled, _LOCALLY_CANCELLED)  # its batches end: run() returns
         return True
+
+
+_SEND_MESSAGE = cygrpc.OperationType.send_message
+_SEND_CLOSE = cygrpc.OperationType.send_close_from_client
+
+
+def _send_requests(requests: Iterator[bytes], state: Any, call: Any) -> None:
+    """(A worker thread.) Each message of a blocking stream-unary attempt, sent once the one before it has gone
+    (its completion is seen by the caller's thread, which takes the call's events and wakes this one), then the
+    half-close; until the attempt ends. `requests` does not raise: the driver ends the call itself when the
+    application's iterator or serializer fails."""
+    condition, due = state.condition, state.due
+    for data in requests:
+        with condition:
+            if state.code is not None or state.cancelled:
+                return
+            due.add(_SEND_MESSAGE)
+            if not call.operate((cygrpc.SendMessageOperation(data, _NO_FLAGS),), None):
+                due.discard(_SEND_MESSAGE)  # the call is over
+                return
+            while _SEND_MESSAGE in due and state.code is None:
+                condition.wait(0.1)
+            if state.code is not None:
+                return
+    with condition:
+        if state.code is None and not state.cancelled:
+            due.add(_SEND_CLOSE)
+            if not call.operate((cygrpc.SendCloseFromClientOperation(_NO_FLAGS),), None):
+                due.discard(_SEND_CLOSE)
 
 
 def _read_status(state: _AttemptState, status: Any) -> None:

@@ -159,7 +159,7 @@ class Channel(RetryStatistics, grpc.Channel):
         self._state = ChannelState(target, options)
         self._subchannels: SyncSubchannels = SyncSubchannels(target, self._state.options, credentials, compression)
         self._state.observe_backends(self._subchannels)
-        self._workers = Workers("grpc_retry-hedge")
+        self._workers = Workers("grpc_retry-worker")
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []
 

@@ -2,9 +2,10 @@
 grpcio's own blocking call, made and waited for on the caller's thread as grpcio's blocking call is.
 
 Two threads take part, as in grpcio's: the caller's, which starts each attempt, takes its events and tells the
-machine its status, and, for each attempt, grpcio's thread consuming the attempt's request iterator — here, what
-the machine writes to that attempt, the application's next message pulled by that thread itself once the attempt
-has sent all it was given. Both decide under the call's one lock and act outside it (an attempt's cancel); only
+machine its status, and, for each attempt, a thread sending the attempt's requests (a worker of the channel's,
+kept for the next attempt, where grpcio starts a thread per call) — here, what the machine writes to that
+attempt, the application's next message pulled by that thread itself once the attempt has sent all it was
+given. Both decide under the call's one lock and act outside it (an attempt's cancel); only
 the caller's thread starts attempts and exports telemetry. The non-blocking call (sync/_call.py) does the same
 with a queue of actions, for any shape and any thread; this is its one-attempt-at-a-time, two-thread case, at a
 fraction of its cost per call.
@@ -33,7 +34,7 @@ _CLOSE = object()  # in an attempt's outbox: no more messages for it
 
 
 class BlockingStreamCall(_Attempts):
-    """Run by its caller's thread (run()); each attempt's requests are iterated by grpcio's thread."""
+    """Run by its caller's thread (run()); each attempt's requests are iterated by the thread sending them."""
 
     __slots__ = ("_lock", "_changed", "_requests", "_serializer", "_pulling", "_exhausted", "_current", "_outbox",
                  "_attempt", "_next", "_timer_at", "_generation", "_wake", "_ending", "_delivered", "_end_code",
@@ -146,7 +147,7 @@ class BlockingStreamCall(_Attempts):
                     inner, self._attempt_requests(n, self._outbox), **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             return self._not_started(error)
-        ended = attempt.run()
+        ended = attempt.run(self._method.workers)
         with lock:
             self._attempt = None
             if self._current != n:
@@ -224,7 +225,7 @@ class BlockingStreamCall(_Attempts):
         if cancels:
             _cancel(cancels)
 
-    # -- an attempt's requests (grpcio's thread consuming them) ---------------------------------------------------
+    # -- an attempt's requests (the thread sending them) ----------------------------------------------------------
 
     def _attempt_requests(self, n: int, outbox: Deque[Any]) -> Iterator[bytes]:
         """What the machine writes to attempt n; when it has sent all it was given, the application's next

@@ -1,6 +1,8 @@
 """Threads for the blocking waits a sync call cannot avoid (a hedge's first answer comes only through a blocking
-read): one per wait in progress, reused while they last, ended when idle for a moment or when their channel
-closes. Unlike a ThreadPoolExecutor, nothing is queued behind a long wait, and nothing outlives the channel."""
+read; a blocking stream-unary attempt's requests, sent one at a time from the application's iterator): one per
+wait in progress, reused while they last, ended when idle for a moment or when their channel closes. Unlike a
+ThreadPoolExecutor, nothing is queued behind a long wait, and nothing outlives the channel but a task blocked in
+the application's own code (as grpcio's thread would be)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from typing import Any
@@ -95,6 +96,25 @@ def with_call_with_a_deserializer(make, backend) -> Any:
         return seen
 
 
+_SEEN: Any = contextvars.ContextVar("seen", default="unset")
+
+
+def request_iterators_start_in_a_fresh_context(make, backend) -> Any:
+    """A blocking stream-unary call's iterator runs on another thread (grpcio: a new one each call; grpc_retry: a
+    worker kept for the next): what one call's iterator sets in its context, the next one's does not see."""
+    seen = []
+
+    def requests(mark):
+        seen.append(_SEEN.get())
+        _SEEN.set(mark)
+        yield b"r"
+
+    with make(backend.target) as channel:
+        method = channel.stream_unary(CLIENT_STREAM)
+        responses = [method(requests(mark), timeout=5) for mark in ("first", "second", "third")]
+        return responses, seen, _SEEN.get()
+
+
 def a_response_stream_is_sent_at_creation(make, backend) -> Any:
     with make(backend.target) as channel:
         stream = channel.unary_stream(SERVER_STREAM)(b"s", timeout=5)
@@ -143,7 +163,7 @@ def metadata_and_compression(make, backend) -> Any:
 
 
 @pytest.mark.parametrize("scenario", [unary_results, future_results, streams, with_call_with_a_deserializer,
-                                      a_response_stream_is_sent_at_creation,
+                                      request_iterators_start_in_a_fresh_context, a_response_stream_is_sent_at_creation,
                                       a_request_iterator_that_is_not_iterable, cancel_and_deadline, time_remaining,
                                       metadata_and_compression], ids=lambda f: f.__name__)
 def test_same_as_grpcio(same_as_grpcio, sync_channel, scenario):

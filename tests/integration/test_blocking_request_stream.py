@@ -114,3 +114,24 @@ def test_an_interrupted_call_cancels_its_attempt_and_the_next_call_works(backend
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backend, monkeypatch):
+    # grpcio starts a thread per blocking stream-unary call to send its requests; grpc_retry keeps its worker for
+    # the next call (a call may start one while the last call's worker is still on its way back to idle).
+    with grpc_retry.insecure_channel(backend.target, options=retry_options()) as channel:
+        method = channel.stream_unary(CLIENT_STREAM)
+        assert method(iter([b"w"]), timeout=10) == b"w"
+        started = []
+        start = threading.Thread.start
+        monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread), start(thread))[1])
+        for i in range(40):
+            assert method(iter([b"a", str(i).encode()]), timeout=10) == b"a|" + str(i).encode()
+        monkeypatch.undo()
+        assert len(started) <= 10, f"{len(started)} threads started for 40 calls"
+        workers = [t for t in threading.enumerate() if t.name == "grpc_retry-worker"]
+        assert workers, "no worker of the channel's sent the requests"
+    deadline = time.monotonic() + 5
+    for worker in workers:  # idle workers end with their channel
+        worker.join(max(0.0, deadline - time.monotonic()))
+    assert not any(worker.is_alive() for worker in workers)
