@@ -3,7 +3,8 @@ service config), on the happy path, against one server process, in alternating r
 numbers of calls in flight.
 
 Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
-- `unary`, `server_stream` (5 messages), `client_stream` (2 messages): a retry policy, one address;
+- `unary`, `server_stream` (5 messages), `client_stream` (2 messages), `bidi` (2 messages each way, each echoed): a
+  retry policy, one address;
 - `unary_named`: the unary point through a name (localhost): a name's subchannels are watched more closely
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
@@ -42,6 +43,7 @@ SERVICE = "bench.Echo"
 UNARY = f"/{SERVICE}/Unary"
 STREAM = f"/{SERVICE}/Stream"
 CLIENT_STREAM = f"/{SERVICE}/ClientStream"
+BIDI = f"/{SERVICE}/Bidi"
 STREAM_MESSAGES = 5
 RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": SERVICE}],
@@ -86,11 +88,16 @@ def _serve(port_queue) -> None:
         async def client_stream(requests, context):
             return b"".join([request async for request in requests])
 
+        async def bidi(requests, context):
+            async for request in requests:
+                yield request
+
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
             "One": grpc.unary_stream_rpc_method_handler(one),
             "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
+            "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
         })])
         port_queue.put(server.add_insecure_port("0.0.0.0:0"))
         await server.start()
@@ -175,6 +182,7 @@ def _points(port: int) -> Dict[str, dict]:
         "server_stream": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "client_stream": {"kind": "client_stream", "plain": (one, RETRY_CONFIG, []),
                           "ours": (one, RETRY_CONFIG, [])},
+        "bidi": {"kind": "bidi", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
@@ -236,6 +244,13 @@ def otel_own_options() -> list:
 
 
 def _aio_one(channel, kind: str, metadata=None):
+    if kind == "bidi":
+        bidi = channel.stream_stream(BIDI)
+
+        async def one_bidi():
+            async for _ in bidi(iter((PAYLOAD, PAYLOAD))):
+                pass
+        return one_bidi
     if kind == "client_stream":
         client_stream = channel.stream_unary(CLIENT_STREAM)
 
@@ -304,6 +319,13 @@ async def _make(make):
 
 
 def _sync_one(channel, kind: str, metadata=None):
+    if kind == "bidi":
+        bidi = channel.stream_stream(BIDI)
+
+        def one_bidi(request):
+            for _ in bidi(iter((request, request))):
+                pass
+        return one_bidi
     if kind == "client_stream":
         client_stream = channel.stream_unary(CLIENT_STREAM)
 

@@ -542,13 +542,7 @@ class SyncBlockingRequestStream:
         """(The caller's thread.) Until it has ended, as grpcio's blocking call waits; then the call grpcio's
         with_call() would give (its state is the attempt's). `workers`: where its requests are sent from."""
         state, call = self._state, self._call
-        try:
-            if cygrpc.is_fork_support_enabled():
-                raise RuntimeError("grpcio's fork support counts its own threads")
-            # (In a context of its own, as a new thread's: nothing of one call's iterator is seen by the next.)
-            workers.submit(contextvars.Context().run, _send_requests, self._requests, state, call)
-        except RuntimeError:  # (or the channel has closed meanwhile: its close ends the attempt)
-            _channel._consume_request_iterator(self._requests, state, call, _BYTES, None)
+        _send_from(workers, self._requests, state, call, None)
         while True:
             event = call.next_event()
             with state.condition:
@@ -565,22 +559,55 @@ class SyncBlockingRequestStream:
         return True
 
 
+def sync_stream_stream(m: Any, requests: Iterator[bytes], workers: Any, *, timeout: Optional[float], metadata: Any,
+                       credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> grpc.Call:
+    """A stream-stream attempt: grpcio's own stream-stream call (its call object, its events taken by the channel's
+    spin thread), with its requests sent from a worker thread of grpc_retry's channel (see
+    SyncBlockingRequestStream) instead of a thread grpcio starts and ends for each call."""
+    deadline = None if timeout is None else time.time() + timeout
+    state = _channel._RPCState(_channel._STREAM_STREAM_INITIAL_DUE, None, None, None, None)
+    augmented = _compression.augment_metadata(metadata, compression)
+    operations = ((cygrpc.SendInitialMetadataOperation(augmented, _WAIT_FOR_READY[wait_for_ready]),
+                   cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)),
+                  (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),))
+    on_event = _channel._event_handler(state, None)
+    state.rpc_start_time = time.perf_counter()  # what grpcio's event handling reads, as its own call sets it
+    state.method, state.target = _decode(m._method), _decode(m._target)
+    call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, _channel._determine_deadline(deadline), augmented,
+                           None if credentials is None else credentials._credentials, operations, on_event,
+                           m._context, m._registered_call_handle)
+    _send_from(workers, requests, state, call, on_event)
+    return cast(grpc.Call, _channel._MultiThreadedRendezvous(state, call, None, deadline))
+
+
+def _send_from(workers: Any, requests: Iterator[bytes], state: Any, call: Any, tag: Any) -> None:
+    """An attempt's requests sent from one of `workers` (grpcio's own thread where its fork support is on: its
+    threads are counted for a fork; or where the channel has closed meanwhile: its close ends the attempt)."""
+    try:
+        if cygrpc.is_fork_support_enabled():
+            raise RuntimeError("grpcio's fork support counts its own threads")
+        # (In a context of its own, as a new thread's: nothing of one call's iterator is seen by the next.)
+        workers.submit(contextvars.Context().run, _send_requests, requests, state, call, tag)
+    except RuntimeError:
+        _channel._consume_request_iterator(requests, state, call, _BYTES, tag)
+
+
 _SEND_MESSAGE = cygrpc.OperationType.send_message
 _SEND_CLOSE = cygrpc.OperationType.send_close_from_client
 
 
-def _send_requests(requests: Iterator[bytes], state: Any, call: Any) -> None:
-    """(A worker thread.) Each message of a blocking stream-unary attempt, sent once the one before it has gone
-    (its completion is seen by the caller's thread, which takes the call's events and wakes this one), then the
-    half-close; until the attempt ends. `requests` does not raise: the driver ends the call itself when the
-    application's iterator or serializer fails."""
+def _send_requests(requests: Iterator[bytes], state: Any, call: Any, tag: Any) -> None:
+    """(A worker thread.) Each message of an attempt, sent once the one before it has gone (its completion is seen
+    by the thread taking the call's events — the blocking call's caller, or the spin thread, through `tag` —
+    which wakes this one), then the half-close; until the attempt ends. `requests` does not raise: the driver
+    ends the call itself when the application's iterator or serializer fails."""
     condition, due = state.condition, state.due
     for data in requests:
         with condition:
             if state.code is not None or state.cancelled:
                 return
             due.add(_SEND_MESSAGE)
-            if not call.operate((cygrpc.SendMessageOperation(data, _NO_FLAGS),), None):
+            if not call.operate((cygrpc.SendMessageOperation(data, _NO_FLAGS),), tag):
                 due.discard(_SEND_MESSAGE)  # the call is over
                 return
             while _SEND_MESSAGE in due and state.code is None:
@@ -590,7 +617,7 @@ def _send_requests(requests: Iterator[bytes], state: Any, call: Any) -> None:
     with condition:
         if state.code is None and not state.cancelled:
             due.add(_SEND_CLOSE)
-            if not call.operate((cygrpc.SendCloseFromClientOperation(_NO_FLAGS),), None):
+            if not call.operate((cygrpc.SendCloseFromClientOperation(_NO_FLAGS),), tag):
                 due.discard(_SEND_CLOSE)
 
 

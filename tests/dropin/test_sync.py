@@ -100,8 +100,8 @@ _SEEN: Any = contextvars.ContextVar("seen", default="unset")
 
 
 def request_iterators_start_in_a_fresh_context(make, backend) -> Any:
-    """A blocking stream-unary call's iterator runs on another thread (grpcio: a new one each call; grpc_retry: a
-    worker kept for the next): what one call's iterator sets in its context, the next one's does not see."""
+    """A request stream's iterator runs on another thread (grpcio: a new one each call; grpc_retry: a worker kept
+    for the next): what one call's iterator sets in its context, the next one's does not see."""
     seen = []
 
     def requests(mark):
@@ -112,6 +112,8 @@ def request_iterators_start_in_a_fresh_context(make, backend) -> Any:
     with make(backend.target) as channel:
         method = channel.stream_unary(CLIENT_STREAM)
         responses = [method(requests(mark), timeout=5) for mark in ("first", "second", "third")]
+        bidi = channel.stream_stream(BIDI)
+        responses += [list(bidi(requests(mark), timeout=5)) for mark in ("fourth", "fifth")]
         return responses, seen, _SEEN.get()
 
 

@@ -1,7 +1,8 @@
 """A blocking stream-unary call (`__call__`, `with_call`) on the sync channel: its caller's thread runs each
-attempt as grpcio's blocking call; grpcio's thread consuming the attempt's requests pulls the application's
-messages. What only this shape has to get right: the caller woken when that other thread ends the call, the
-channel's close during backoff, an interrupt, an iterator that fails while a retry is due."""
+attempt as grpcio's blocking call; a worker thread of the channel's sends the attempt's requests, pulling the
+application's messages (stream-stream attempts' requests too). What only this shape has to get right: the caller
+woken when that other thread ends the call, the channel's close during backoff, an interrupt, an iterator that
+fails while a retry is due, and the threads kept from call to call."""
 
 import signal
 import threading
@@ -9,7 +10,7 @@ import time
 
 import grpc
 import pytest
-from support.backend import CLIENT_STREAM, Step, fail
+from support.backend import BIDI, CLIENT_STREAM, Step, fail
 from support.clients import retry_options, retry_policy
 
 import grpc_retry
@@ -116,11 +117,18 @@ def test_an_interrupted_call_cancels_its_attempt_and_the_next_call_works(backend
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backend, monkeypatch):
-    # grpcio starts a thread per blocking stream-unary call to send its requests; grpc_retry keeps its worker for
+@pytest.mark.parametrize("kind", ["stream_unary", "stream_stream"])
+def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backend, monkeypatch, kind):
+    # grpcio starts a thread per call with a request stream to send its requests; grpc_retry keeps its worker for
     # the next call (a call may start one while the last call's worker is still on its way back to idle).
     with grpc_retry.insecure_channel(backend.target, options=retry_options()) as channel:
-        method = channel.stream_unary(CLIENT_STREAM)
+        if kind == "stream_unary":
+            method = channel.stream_unary(CLIENT_STREAM)
+        else:
+            bidi = channel.stream_stream(BIDI)
+
+            def method(requests, timeout):
+                return b"|".join(bidi(requests, timeout=timeout))
         assert method(iter([b"w"]), timeout=10) == b"w"
         started = []
         start = threading.Thread.start
@@ -128,7 +136,10 @@ def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backen
         for i in range(40):
             assert method(iter([b"a", str(i).encode()]), timeout=10) == b"a|" + str(i).encode()
         monkeypatch.undo()
-        assert len(started) <= 10, f"{len(started)} threads started for 40 calls"
+        # (With one call at a time, grpcio's channel starts and ends its spin thread per stream-stream call too.)
+        assert not [t.name for t in started if "consume_request_iterator" in t.name]
+        workers_started = [t for t in started if t.name == "grpc_retry-worker"]
+        assert len(workers_started) <= 10, f"{len(workers_started)} workers started for 40 calls"
         workers = [t for t in threading.enumerate() if t.name == "grpc_retry-worker"]
         assert workers, "no worker of the channel's sent the requests"
     deadline = time.monotonic() + 5
