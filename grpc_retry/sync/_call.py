@@ -697,16 +697,17 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         """(Under the lock.) Attempt n, live, answered: the call is its own (if it was not already)."""
         return self._machine.headers(n, monotonic()) if self._machine.winner != n else []
 
-    def _reading(self) -> Tuple[int, Any]:
+    def _reading(self, peeked: bool = False) -> Tuple[int, Any]:
         """(Under the lock.) The attempt to read: the winner, or (not hedged) the attempt in flight; waits for one
-        to start. (-1, None) once the call has ended."""
+        to start. (-1, None) once the call has ended, or (`peeked`) once the winner's first message is in `_peek`
+        and the winner is no longer in flight."""
         while True:
             winner = self._machine.winner
             n = winner if winner >= 0 else (-1 if self._hedged else self._current)
             call = self._attempts.get(n)
             if call is not None and n not in self._reads:
                 return n, call
-            if call is None and self._finished:
+            if call is None and (self._finished or peeked and self._peek is not None and self._peek[0] == n >= 0):
                 return -1, None
             self._changed.wait()
 
@@ -956,17 +957,22 @@ class StreamingCall(Call):
     def __next__(self) -> Any:
         while True:
             with self._lock:
-                n, call = self._reading()
-                committed = n == self._machine.winner
-                peek = None
-                if self._peek is not None and self._peek[0] == n:
-                    peek, self._peek = self._peek[1], None
-            if call is None:  # the call ended
+                n, call = self._reading(peeked=True)
+                peek = self._peek
+                if peek is not None and peek[0] == self._machine.winner:
+                    # The winner's first message, read before it won: first, even once the attempt has ended (its
+                    # status may be in before the application reads).
+                    self._peek = None
+                    committed = True
+                else:
+                    peek = None
+                    committed = n == self._machine.winner
+            if peek is not None:
+                message = peek[1]
+            elif call is None:  # the call ended
                 if self._error is not None:
                     raise self._error
                 raise StopIteration()
-            if peek is not None:
-                message = peek
             else:
                 message = _read(call) if committed else self._read_first(n, call, keep=False)
             if message is not _EOF:
