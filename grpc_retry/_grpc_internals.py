@@ -583,13 +583,14 @@ def sync_stream_stream(m: Any, requests: Iterator[bytes], workers: Any, *, timeo
 def _send_from(workers: Any, requests: Iterator[bytes], state: Any, call: Any, tag: Any) -> None:
     """An attempt's requests sent from one of `workers` (grpcio's own thread where its fork support is on: its
     threads are counted for a fork; or where the channel has closed meanwhile: its close ends the attempt)."""
-    try:
-        if cygrpc.is_fork_support_enabled():
-            raise RuntimeError("grpcio's fork support counts its own threads")
-        # (In a context of its own, as a new thread's: nothing of one call's iterator is seen by the next.)
-        workers.submit(contextvars.Context().run, _send_requests, requests, state, call, tag)
-    except RuntimeError:
-        _channel._consume_request_iterator(requests, state, call, _BYTES, tag)
+    if not cygrpc.is_fork_support_enabled():
+        try:
+            # (In a context of its own, as a new thread's: nothing of one call's iterator is seen by the next.)
+            workers.submit(contextvars.Context().run, _send_requests, requests, state, call, tag)
+            return
+        except RuntimeError:  # the workers closed with their channel
+            pass
+    _channel._consume_request_iterator(requests, state, call, _BYTES, tag)
 
 
 _SEND_MESSAGE = cygrpc.OperationType.send_message

@@ -707,7 +707,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             call = self._attempts.get(n)
             if call is not None and n not in self._reads:
                 return n, call
-            if call is None and (self._finished or peeked and self._peek is not None and self._peek[0] == n >= 0):
+            if call is None and (self._finished or peeked and n >= 0 and self._peek is not None
+                                 and self._peek[0] == n):
                 return -1, None
             self._changed.wait()
 
