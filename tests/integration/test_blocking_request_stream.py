@@ -18,8 +18,9 @@ import grpc_retry
 SLOW_RETRY = retry_policy(max_attempts=3, initial="20s", maximum="20s")  # a retry that never comes in a test
 
 
-def _requests(first: bytes, gate: threading.Event, then: bytes):
+def _requests(first: bytes, asked: threading.Event, gate: threading.Event, then: bytes):
     yield first
+    asked.set()  # the attempt's sender asks for the next message: the attempt may fail now
     gate.wait(10)
     yield then
 
@@ -42,23 +43,28 @@ def _in_backoff(channel) -> threading.Event:
 
 def test_an_overflow_while_in_backoff_ends_the_call_with_the_last_status_at_once(backend):
     # The first attempt fails after one message; the application's next message comes while the call waits out
-    # its backoff (20 s), and overflows the buffer: no attempt may follow, and the call ends then.
-    backend.script(CLIENT_STREAM, fail(details="first", read=1))
+    # its backoff (20 s), and overflows the buffer: no attempt may follow, and the call ends then. The server fails
+    # the attempt only once the client has asked for that message (else no one asks for it before the next attempt).
+    asked = threading.Event()
+    backend.script(CLIENT_STREAM, fail(details="first", read=1, gate=asked))
     options = retry_options(SLOW_RETRY, options=[("grpc.per_rpc_retry_buffer_size", 16)])
     with grpc_retry.insecure_channel(backend.target, options=options) as channel:
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as raised:
-            channel.stream_unary(CLIENT_STREAM)(_requests(b"a", _in_backoff(channel), b"b" * 64), timeout=30)
+            requests = _requests(b"a", asked, _in_backoff(channel), b"b" * 64)
+            channel.stream_unary(CLIENT_STREAM)(requests, timeout=30)
         assert time.monotonic() - started < 5
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and raised.value.details() == "first"
     assert len(backend.attempts_of(CLIENT_STREAM)) == 1
 
 
 def test_a_failing_iterator_while_in_backoff_ends_the_call_at_once(backend):
-    backend.script(CLIENT_STREAM, fail(read=1))
+    asked = threading.Event()
+    backend.script(CLIENT_STREAM, fail(read=1, gate=asked))
 
     def requests(in_backoff):
         yield b"a"
+        asked.set()
         in_backoff.wait(10)
         raise RuntimeError("the application's iterator fails")
 
