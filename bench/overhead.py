@@ -4,7 +4,7 @@ numbers of calls in flight.
 
 Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
 - `unary`, `server_stream` (5 messages), `client_stream` (2 messages), `bidi` (2 messages each way, each echoed): a
-  retry policy, one address;
+  retry policy, one address; `client_stream_future` (sync only): the client-streaming call as `.future().result()`;
 - `unary_named`: the unary point through a name (localhost): a name's subchannels are watched more closely
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
@@ -173,6 +173,9 @@ def otel_options() -> list:
             ("grpc_retry.tracer_provider", tracer_provider)]
 
 
+_NOT_RUNS = ("kind", "metadata", "sync_only")  # what a point holds beside its runs
+
+
 def _points(port: int) -> Dict[str, dict]:
     """Each point: its method kind, and the channels (target, config, extra options of ours) of each run."""
     one, many = f"127.0.0.1:{port}", many_addresses(port)
@@ -183,6 +186,8 @@ def _points(port: int) -> Dict[str, dict]:
         "client_stream": {"kind": "client_stream", "plain": (one, RETRY_CONFIG, []),
                           "ours": (one, RETRY_CONFIG, [])},
         "bidi": {"kind": "bidi", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
+        "client_stream_future": {"kind": "client_stream_future", "sync_only": True, "plain": (one, RETRY_CONFIG, []),
+                                 "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
@@ -298,10 +303,10 @@ def _aio_points(loop: asyncio.AbstractEventLoop, port: int, calls: int, rounds: 
                 wanted) -> dict:
     results = {}
     for name, point in _points(port).items():
-        if not wanted(f"aio_{name}"):
+        if not wanted(f"aio_{name}") or point.get("sync_only"):
             continue
         channels = {run: loop.run_until_complete(_make(lambda run=run, p=point[run]: _aio_channel(run, *p)))
-                    for run in point if run not in ("kind", "metadata")}
+                    for run in point if run not in _NOT_RUNS}
         metadata = point.get("metadata", {})
         results[f"aio_{name}"] = {str(inflight): _compare(
             {run: _aio_runner(loop, _aio_one(channel, point["kind"], metadata.get(run)), calls, inflight)
@@ -332,6 +337,12 @@ def _sync_one(channel, kind: str, metadata=None):
         def one_client_stream(request):
             return client_stream(iter((request, request)))
         return one_client_stream
+    if kind == "client_stream_future":
+        future = channel.stream_unary(CLIENT_STREAM).future
+
+        def one_client_stream_future(request):
+            return future(iter((request, request))).result()
+        return one_client_stream_future
     if kind == "stream":
         stream = channel.unary_stream(STREAM)
 
@@ -374,7 +385,7 @@ def _sync_points(port: int, calls: int, rounds: int, inflights: List[int], wante
     for name, point in _points(port).items():
         if not wanted(f"sync_{name}"):
             continue
-        channels = {run: _sync_channel(run, *point[run]) for run in point if run not in ("kind", "metadata")}
+        channels = {run: _sync_channel(run, *point[run]) for run in point if run not in _NOT_RUNS}
         metadata = point.get("metadata", {})
         results[f"sync_{name}"] = {str(inflight): _compare(
             {run: _sync_runner(_sync_one(channel, point["kind"], metadata.get(run)), calls, inflight)

@@ -559,17 +559,25 @@ class SyncBlockingRequestStream:
         return True
 
 
-def sync_stream_stream(m: Any, requests: Iterator[bytes], workers: Any, *, timeout: Optional[float], metadata: Any,
-                       credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> grpc.Call:
-    """A stream-stream attempt: grpcio's own stream-stream call (its call object, its events taken by the channel's
-    spin thread), with its requests sent from a worker thread of grpc_retry's channel (see
-    SyncBlockingRequestStream) instead of a thread grpcio starts and ends for each call."""
+def sync_request_stream(m: Any, requests: Iterator[bytes], workers: Any, response_stream: bool, *,
+                        timeout: Optional[float], metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
+                        compression: Any) -> grpc.Call:
+    """A non-blocking attempt with a request stream: grpcio's own call, as its stream-stream `__call__` or its
+    stream-unary `future()` makes it (its call object, its events taken by the channel's spin thread), with its
+    requests sent from a worker thread of grpc_retry's channel (see SyncBlockingRequestStream) instead of a thread
+    grpcio starts and ends for each call."""
     deadline = None if timeout is None else time.time() + timeout
-    state = _channel._RPCState(_channel._STREAM_STREAM_INITIAL_DUE, None, None, None, None)
     augmented = _compression.augment_metadata(metadata, compression)
-    operations = ((cygrpc.SendInitialMetadataOperation(augmented, _WAIT_FOR_READY[wait_for_ready]),
-                   cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)),
-                  (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),))
+    flags = _WAIT_FOR_READY[wait_for_ready]
+    if response_stream:
+        state = _channel._RPCState(_channel._STREAM_STREAM_INITIAL_DUE, None, None, None, None)
+        operations: Any = ((cygrpc.SendInitialMetadataOperation(augmented, flags),
+                            cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)),
+                           (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),))
+    else:
+        state = _channel._RPCState(_channel._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
+        # (grpcio's future() sends the metadata as given, not the compression's augmented one: so does this)
+        operations = _channel._stream_unary_invocation_operations(metadata, flags)
     on_event = _channel._event_handler(state, None)
     state.rpc_start_time = time.perf_counter()  # what grpcio's event handling reads, as its own call sets it
     state.method, state.target = _decode(m._method), _decode(m._target)

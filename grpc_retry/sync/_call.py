@@ -393,9 +393,10 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
             elif method.reports_end:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
-            elif self._requests is not None and method.attempt_streams and internals.sync_direct():
+            elif self._requests is not None and internals.sync_direct():
                 # its requests sent from a worker of the channel's (grpcio starts a thread per call)
-                call = internals.sync_stream_stream(inner, cast(Iterator[bytes], payload), method.workers, **kwargs)
+                call = internals.sync_request_stream(inner, cast(Iterator[bytes], payload), method.workers,
+                                                     method.attempt_streams, **kwargs)
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call

@@ -161,7 +161,12 @@ def metadata_and_compression(make, backend) -> Any:
                 outcome(lambda: method.future(b"z", metadata=(("k", 1),), timeout=5).result())[:2],
                 outcome(lambda: method(b"z", compression=grpc.Compression.Gzip, timeout=5)),
                 [outcome(lambda md=md: channel.stream_unary(CLIENT_STREAM)(iter([b"z"]), metadata=md, timeout=5))[:3]
-                 for md in ((("Bad Key", "v"),), (("k-bin", "not bytes"),), (("k", 1),))])
+                 for md in ((("Bad Key", "v"),), (("k-bin", "not bytes"),), (("k", 1),))],
+                [outcome(lambda md=md: channel.stream_unary(CLIENT_STREAM).future(iter([b"z"]), metadata=md,
+                                                                               timeout=5).result())[:3]
+                 for md in ((("Bad Key", "v"),), (("k-bin", "not bytes"),), (("k", 1),))],
+                outcome(lambda: channel.stream_unary(CLIENT_STREAM).future(
+                    iter([b"z"]), compression=grpc.Compression.Gzip, timeout=5).result()))
 
 
 @pytest.mark.parametrize("scenario", [unary_results, future_results, streams, with_call_with_a_deserializer,

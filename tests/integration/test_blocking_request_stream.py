@@ -4,6 +4,7 @@ application's messages (stream-stream attempts' requests too). What only this sh
 woken when that other thread ends the call, the channel's close during backoff, an interrupt, an iterator that
 fails while a retry is due, and the threads kept from call to call."""
 
+import json
 import signal
 import threading
 import time
@@ -11,7 +12,7 @@ import time
 import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, Step, fail
-from support.clients import retry_options, retry_policy
+from support.clients import ECHO_SERVICE, retry_options, retry_policy
 
 import grpc_retry
 
@@ -123,13 +124,23 @@ def test_an_interrupted_call_cancels_its_attempt_and_the_next_call_works(backend
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.parametrize("kind", ["stream_unary", "stream_stream"])
+@pytest.mark.parametrize("kind", ["stream_unary", "stream_unary_future", "stream_unary_hedged", "stream_stream"])
 def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backend, monkeypatch, kind):
     # grpcio starts a thread per call with a request stream to send its requests; grpc_retry keeps its worker for
     # the next call (a call may start one while the last call's worker is still on its way back to idle).
-    with grpc_retry.insecure_channel(backend.target, options=retry_options()) as channel:
+    options = retry_options()
+    if kind == "stream_unary_hedged":
+        options = [("grpc.service_config", json.dumps({"methodConfig": [{
+            "name": [{"service": ECHO_SERVICE}],
+            "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "10s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}))]
+    with grpc_retry.insecure_channel(backend.target, options=options) as channel:
         if kind == "stream_unary":
             method = channel.stream_unary(CLIENT_STREAM)
+        elif kind != "stream_stream":  # a non-blocking call (the hedged blocking one runs as one)
+            future = channel.stream_unary(CLIENT_STREAM).future
+
+            def method(requests, timeout):
+                return future(requests, timeout=timeout).result()
         else:
             bidi = channel.stream_stream(BIDI)
 
@@ -142,8 +153,11 @@ def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backen
         for i in range(40):
             assert method(iter([b"a", str(i).encode()]), timeout=10) == b"a|" + str(i).encode()
         monkeypatch.undo()
-        # (With one call at a time, grpcio's channel starts and ends its spin thread per stream-stream call too.)
-        assert not [t.name for t in started if "consume_request_iterator" in t.name]
+        # Other threads: none sending requests (that is 2 a call), but grpcio's spin thread, which takes the events
+        # of the calls on its channel's queue (non-blocking ones), started and ended with each call that overlaps
+        # no other, and the timers' thread (hedging), started again when it was idle a while.
+        others = [t.name for t in started if t.name != "grpc_retry-worker"]
+        assert len(others) <= 40 + 3, f"{len(others)} other threads started for 40 calls"
         workers_started = [t for t in started if t.name == "grpc_retry-worker"]
         assert len(workers_started) <= 10, f"{len(workers_started)} workers started for 40 calls"
         workers = [t for t in threading.enumerate() if t.name == "grpc_retry-worker"]
