@@ -134,7 +134,7 @@ class _Call(driver.CallDriver, internals.AioCallBase):
     def _refused(self, error: BaseException) -> None:
         """grpc.aio refused an attempt (metadata it cannot send, say): awaiting the call raises that error, as on
         grpc.aio; the call ends INTERNAL."""
-        log.error("grpc_retry could not start an attempt: %r", error)
+        log.debug("grpc_retry could not start an attempt: %r", error)  # (raised, or in the status details)
         self._refusal = error
         self._cancel(f"grpc_retry could not start an attempt: {error!r}", 13)
 

@@ -439,7 +439,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
         if self._method.closed():
             self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
         else:
-            log.error("grpc_retry could not start an attempt: %r", error)
+            log.debug("grpc_retry could not start an attempt: %r", error)  # (raised, or in the status details)
             self._refusal = error
             self._fail(grpc.StatusCode.INTERNAL, f"grpc_retry could not start an attempt: {error!r}")
 

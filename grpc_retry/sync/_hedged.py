@@ -137,7 +137,7 @@ class HedgedBlockingCall(_Attempts):
     def _refused(self, error: Exception) -> None:
         closed = self._method.closed()
         if not closed:
-            log.error("grpc_retry could not start an attempt: %r", error)
+            log.debug("grpc_retry could not start an attempt: %r", error)  # (raised, or in the status details)
         self._local_details = CLOSED_DETAILS if closed else f"grpc_retry could not start an attempt: {error!r}"
         with self._lock:
             self._ending = True

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc import aio
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
-from support.dropin import side_by_side
+from support.dropin import error_logs, side_by_side
 
 HEADERS = (("h", "1"),)
 TRAILERS = (("t", "2"),)
@@ -197,12 +197,13 @@ async def refused_metadata(make, backend) -> Any:
     backend.script(SERVER_STREAM, Step(responses=1))
     backend.script(BIDI, Step(responses=1))
     bad = (("k-bin", "not bytes"),)
-    async with make(backend.target) as channel:
-        calls = (channel.unary_unary(UNARY)(b"u", metadata=bad, timeout=5),
-                 channel.unary_stream(SERVER_STREAM)(b"s", metadata=bad, timeout=5).read(),
-                 channel.stream_unary(CLIENT_STREAM)(iter([b"c"]), metadata=(("k", 1),), timeout=5),
-                 channel.stream_stream(BIDI)(iter([b"b"]), metadata=bad, timeout=5).read())
-        return [await outcome(asyncio.wait_for(call, 5)) for call in calls]
+    with error_logs() as errors:
+        async with make(backend.target) as channel:
+            calls = (channel.unary_unary(UNARY)(b"u", metadata=bad, timeout=5),
+                     channel.unary_stream(SERVER_STREAM)(b"s", metadata=bad, timeout=5).read(),
+                     channel.stream_unary(CLIENT_STREAM)(iter([b"c"]), metadata=(("k", 1),), timeout=5),
+                     channel.stream_stream(BIDI)(iter([b"b"]), metadata=bad, timeout=5).read())
+            return [await outcome(asyncio.wait_for(call, 5)) for call in calls], errors
 
 
 class _Iterating(aio.UnaryStreamClientInterceptor):

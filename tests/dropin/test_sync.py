@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+from support.dropin import error_logs
 
 import grpc_retry
 
@@ -154,6 +155,11 @@ def time_remaining(make, backend) -> Any:
 
 
 def metadata_and_compression(make, backend) -> Any:
+    with error_logs() as errors:
+        return _metadata_and_compression(make, backend), errors
+
+
+def _metadata_and_compression(make, backend) -> Any:
     with make(backend.target) as channel:
         method = channel.unary_unary(UNARY)
         return (outcome(lambda: method(b"z", metadata=(("Bad Key", "v"),), timeout=5))[:3],

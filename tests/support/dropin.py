@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import logging
+from typing import Any, Callable, Iterator, List
 
 from support.backend import Backend
 
@@ -28,3 +30,25 @@ def _differences(expected: Any, observed: Any) -> str:
         return "\n".join(f"#{i}: grpcio {e!r}\n    ours   {o!r}"
                          for i, (e, o) in enumerate(zip(expected, observed, strict=True)) if e != o)
     return f"grpcio {expected!r}\nours   {observed!r}"
+
+
+class _ErrorRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("grpc"):
+            self.seen.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def error_logs() -> Iterator[List[str]]:
+    """The error records of grpcio's and grpc_retry's loggers while in it (grpcio logs none for a call it refuses,
+    for one)."""
+    handler = _ErrorRecords()
+    logging.getLogger().addHandler(handler)
+    try:
+        yield handler.seen
+    finally:
+        logging.getLogger().removeHandler(handler)
