@@ -1,8 +1,9 @@
 """Threads for the blocking waits a sync call cannot avoid (a hedge's first answer comes only through a blocking
-read; a blocking stream-unary attempt's requests, sent one at a time from the application's iterator): one per
-wait in progress, reused while they last, ended when idle for a moment or when their channel closes. Unlike a
-ThreadPoolExecutor, nothing is queued behind a long wait, and nothing outlives the channel but a task blocked in
-the application's own code (as grpcio's thread would be)."""
+read; an attempt's requests, sent one at a time from the application's iterator, where grpcio starts a thread per
+call for them): one per wait in progress, reused while they last, ended when idle for a moment or when their
+channel closes. Unlike a ThreadPoolExecutor, nothing is queued behind a long wait (a hedge's watcher cannot hold
+up another attempt's requests), and nothing outlives the channel but a task blocked in the application's own code
+(as grpcio's thread would be)."""
 
 from __future__ import annotations
 
