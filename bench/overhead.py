@@ -4,7 +4,8 @@ numbers of calls in flight.
 
 Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in flight):
 - `unary`, `server_stream` (5 messages), `client_stream` (2 messages), `bidi` (2 messages each way, each echoed): a
-  retry policy, one address; `client_stream_future` (sync only): the client-streaming call as `.future().result()`;
+  retry policy, one address; `unary_future` and `client_stream_future` (sync only): the unary and client-streaming
+  calls as `.future().result()`;
 - `unary_named`: the unary point through a name (localhost): a name's subchannels are watched more closely
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
@@ -188,6 +189,8 @@ def _points(port: int) -> Dict[str, dict]:
         "bidi": {"kind": "bidi", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
         "client_stream_future": {"kind": "client_stream_future", "sync_only": True, "plain": (one, RETRY_CONFIG, []),
                                  "ours": (one, RETRY_CONFIG, [])},
+        "unary_future": {"kind": "unary_future", "sync_only": True, "plain": (one, RETRY_CONFIG, []),
+                         "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
@@ -337,6 +340,12 @@ def _sync_one(channel, kind: str, metadata=None):
         def one_client_stream(request):
             return client_stream(iter((request, request)))
         return one_client_stream
+    if kind == "unary_future":
+        unary_future = channel.unary_unary(UNARY).future
+
+        def one_unary_future(request):
+            return unary_future(request).result()
+        return one_unary_future
     if kind == "client_stream_future":
         future = channel.stream_unary(CLIENT_STREAM).future
 

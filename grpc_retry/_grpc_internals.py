@@ -732,26 +732,91 @@ def _tell(callback: Callable[[Any], None], attempt: Any) -> None:
         logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
 
 
-class SyncHeadersFirstAttempt(_SyncAttempt):
+class _UnaryAttempt(_SyncAttempt):
+    """A sync unary-unary attempt on grpcio's Cython call: its end read into its state, then told to `on_end(self)`
+    (and nothing more to `on_headers`)."""
+
+    __slots__ = ("_call", "_ops", "_lock", "on_headers", "on_end")
+    _call: Any  # grpcio's call, made by the subclass once the rest is in place (its events may come at once)
+
+    def __init__(self, receiving: Tuple[Any, ...], on_end: Callable[[Any], None]) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._ops: Tuple[Any, ...] = receiving  # () once ended
+        self.on_headers: Optional[Callable[[Any], None]] = None
+        self.on_end: Optional[Callable[[Any], None]] = on_end
+
+    def _end(self, success: bool) -> None:
+        state = self._state
+        with self._lock:
+            if state.code is None:  # not cancelled meanwhile
+                headers, message, status = self._ops
+                if state.initial_metadata is None:
+                    state.initial_metadata = headers.initial_metadata() if success else ()
+                if success:
+                    _read_status(state, status)
+                    if state.code is grpc.StatusCode.OK:
+                        state.response = message.message()
+                else:
+                    state.code, state.details = grpc.StatusCode.INTERNAL, _CORE_ERROR
+            self._ops = ()
+            on_end, self.on_headers, self.on_end = self.on_end, None, None
+        if on_end is not None:
+            _tell(on_end, self)
+
+    def cancel(self) -> bool:
+        state = self._state
+        with self._lock:
+            if state.code is not None:
+                return False
+            state.code, state.details = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED
+            if state.initial_metadata is None:
+                state.initial_metadata = ()
+        self._call.cancel(1, _LOCALLY_CANCELLED)  # its batches end, and it tells
+        return True
+
+
+class SyncUnaryAttempt(_UnaryAttempt):
+    """One attempt of a non-blocking, unhedged sync unary-unary call (a future): the one batch grpcio's future()
+    starts, on a call its channel manages, without grpcio's call state, event handler and rendezvous around it; it
+    calls `on_end(self)` from grpcio's spin thread once it has ended. Raises as it is made what grpcio raises for a
+    call it cannot start."""
+
+    __slots__ = ()
+
+    def __init__(self, m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None]) -> None:
+        sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
+                                        _WAIT_FOR_READY[wait_for_ready])
+        super().__init__(receiving, on_end)
+        self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None,
+                                     None if timeout is None else time.time() + timeout, metadata,
+                                     None if credentials is None else credentials._credentials,
+                                     (sending + receiving,), self._on_event, m._context, m._registered_call_handle)
+
+    def _on_event(self, event: Any) -> bool:
+        """grpcio's spin thread: the batch is done, and so is the call."""
+        self._end(bool(event.success))
+        return True
+
+
+class SyncHeadersFirstAttempt(_UnaryAttempt):
     """One attempt of a hedged sync unary call. It calls `on_headers(self)` when its response headers came
     (unless its end came with them), then `on_end(self)` once it has ended: from grpcio's spin thread (never
     blocking it), or, if `polled`, from the thread that calls poll() — the blocking call's caller, as grpcio's
     blocking call waits on its own call's queue: no spin thread to start per call, no hand-off."""
 
-    __slots__ = ("_call", "_ops", "_lock", "_end_waits", "on_headers", "on_end", "_method")
+    __slots__ = ("_end_waits", "_method")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
                  credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
                  method: Optional[SyncHeadersFirst] = None) -> None:
-        super().__init__()
-        self._method = method  # polled: the method it tells once it has ended
-        self._lock = threading.Lock()
-        self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
-        self.on_headers: Optional[Callable[[Any], None]] = on_headers
-        self.on_end: Optional[Callable[[Any], None]] = on_end
         sending, receiving = _unary_ops(request, augmented, flags)
+        super().__init__(receiving, on_end)
+        self._method = method  # polled: the method it tells once it has ended
+        self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
+        self.on_headers = on_headers
         headers, message, status = receiving
-        self._ops: Tuple[Any, ...] = receiving  # () once ended
         # The request's batch first: grpcio starts them one after the other, and the request's is the one that
         # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
         # may come before this returns: only cancel() uses `_call`.)
@@ -803,35 +868,6 @@ class SyncHeadersFirstAttempt(_SyncAttempt):
                 self._end_waits = bool(event.success)
                 return False
         self._end(bool(event.success))
-        return True
-
-    def _end(self, success: bool) -> None:
-        state = self._state
-        with self._lock:
-            if state.code is None:  # not cancelled meanwhile
-                headers, message, status = self._ops
-                if state.initial_metadata is None:
-                    state.initial_metadata = headers.initial_metadata() if success else ()
-                if success:
-                    _read_status(state, status)
-                    if state.code is grpc.StatusCode.OK:
-                        state.response = message.message()
-                else:
-                    state.code, state.details = grpc.StatusCode.INTERNAL, _CORE_ERROR
-            self._ops = ()
-            on_end, self.on_headers, self.on_end = self.on_end, None, None
-        if on_end is not None:
-            _tell(on_end, self)
-
-    def cancel(self) -> bool:
-        state = self._state
-        with self._lock:
-            if state.code is not None:
-                return False
-            state.code, state.details = grpc.StatusCode.CANCELLED, _LOCALLY_CANCELLED
-            if state.initial_metadata is None:
-                state.initial_metadata = ()
-        self._call.cancel(1, _LOCALLY_CANCELLED)  # its batches end, and it tells
         return True
 
 

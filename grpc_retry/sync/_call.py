@@ -388,11 +388,17 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
+            reports = method.reports_end  # the attempt reports its end itself (else: grpcio's callback)
             if method.headers_first:  # a hedged unary attempt that reports itself (see polled_result)
                 call = inner(payload, on_headers=partial(self._headers_came, n),
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
-            elif method.reports_end:  # a response stream's attempt that reports its end (grpcio's spin thread)
+            elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
+            elif self._requests is None and not method.attempt_streams and internals.sync_direct():
+                # an unhedged unary-unary attempt (a future): grpcio's one batch, reported from its spin thread
+                call = internals.SyncUnaryAttempt(inner, cast(bytes, payload), on_end=partial(self._ended, n),
+                                                  **kwargs)
+                reports = True
             elif self._requests is not None and internals.sync_direct():
                 # its requests sent from a worker of the channel's (grpcio starts a thread per call)
                 call = internals.sync_request_stream(inner, cast(Iterator[bytes], payload), method.workers,
@@ -432,7 +438,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                 return
             if method.unary_response:
                 return  # its watcher reports its end, once it has its response
-        if not method.reports_end and not call.add_callback(lambda: self._ended(n, call)):
+        if not reports and not call.add_callback(lambda: self._ended(n, call)):
             self._ended(n, call)
 
     def _not_started(self, error: Exception) -> None:
