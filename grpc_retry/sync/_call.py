@@ -394,8 +394,10 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
             elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
-            elif self._requests is None and not method.attempt_streams and internals.sync_direct():
-                # an unhedged unary-unary attempt (a future): grpcio's one batch, reported from its spin thread
+            elif (self._requests is None and not method.attempt_streams and not self._hedged
+                  and internals.sync_direct()):
+                # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
+                # one batch, reported from its spin thread
                 call = internals.SyncUnaryAttempt(inner, cast(bytes, payload), on_end=partial(self._ended, n),
                                                   **kwargs)
                 reports = True
