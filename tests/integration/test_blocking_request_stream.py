@@ -153,9 +153,9 @@ def test_calls_one_after_another_reuse_the_threads_sending_their_requests(backen
         for i in range(40):
             assert method(iter([b"a", str(i).encode()]), timeout=10) == b"a|" + str(i).encode()
         monkeypatch.undo()
-        # Other threads: none sending requests (that is 2 a call), but grpcio's spin thread, which takes the events
-        # of the calls on its channel's queue (non-blocking ones), started and ended with each call that overlaps
-        # no other, and the timers' thread (hedging), started again when it was idle a while.
+        # Threads but the workers: grpcio's spin thread (it takes the events of non-blocking calls, and starts and
+        # ends with each call that overlaps no other) and the timers' thread (hedging); none sending requests —
+        # with grpcio's thread for those, that would be two a call.
         others = [t.name for t in started if t.name != "grpc_retry-worker"]
         assert len(others) <= 40 + 3, f"{len(others)} other threads started for 40 calls"
         workers_started = [t for t in started if t.name == "grpc_retry-worker"]
