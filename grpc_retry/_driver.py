@@ -108,9 +108,11 @@ class CallDriver:
         metadata = attempt_metadata(self._metadata, previous)
         if self._obs is not None:
             wire = self._obs.wire_context(n)
-            if wire:
+            if wire and metadata:
                 keys = {key for key, _ in wire}
                 metadata = tuple(pair for pair in metadata if pair[0] not in keys) + wire
+            elif wire:
+                metadata = wire
         return metadata
 
     def _act(self, actions: List[Action]) -> None:

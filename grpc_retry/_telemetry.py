@@ -72,6 +72,7 @@ LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0
                    0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100)
 COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
+_HEX_BYTES = tuple(f"{i:02x}" for i in range(256))  # trace flags as traceparent writes them
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
 # A method's span name, span attributes, metric labels, and its duration's labels per status code
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
@@ -209,7 +210,7 @@ class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
-                 "_baggage", "_textmap", "_methods")
+                 "_baggage", "_context_api", "_client", "_textmap", "_span_context", "_methods")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -221,7 +222,10 @@ class Telemetry:
         self._trace_api: Any = None
         self._propagate: Any = None
         self._baggage: Any = None
+        self._context_api: Any = None
+        self._client: Any = None  # SpanKind.CLIENT (an enum member: read once)
         self._textmap: Tuple[Any, bool] = (None, False)  # the propagator last seen, and whether it is the default
+        self._span_context: Any = None  # OpenTelemetry's SpanContext, when its fields are a tuple's, in order
         # method -> its span name, span attributes, metric labels and (per status code, filled as they come) the
         # duration's labels, made once (each call would make them anew)
         self._methods: Dict[str, _MethodLabels] = {}
@@ -240,13 +244,15 @@ class Telemetry:
             tracer_provider = trace.get_tracer_provider()
         if spans_on and _provider_set(tracer_provider):
             self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
-            from opentelemetry import baggage, propagate
+            from opentelemetry import baggage, context, propagate
 
-            self._trace_api, self._propagate, self._baggage = trace, propagate, baggage
+            self._trace_api, self._propagate, self._baggage, self._context_api = trace, propagate, baggage, context
+            self._client = trace.SpanKind.CLIENT
+            self._span_context = _tuple_span_context(trace)
 
     def _w3c_only(self) -> bool:
-        """Whether the process's propagator is OpenTelemetry's default (W3C trace context, then W3C baggage) and
-        the current context has no baggage: the trace context is then all it would write."""
+        """Whether the process's propagator is OpenTelemetry's default (W3C trace context, then W3C baggage): with
+        no baggage, the trace context is then all it would write."""
         textmap = self._propagate.get_global_textmap()
         seen, default = self._textmap
         if textmap is not seen:
@@ -258,7 +264,7 @@ class Telemetry:
             default = parts is not None and [type(part) for part in parts] == [
                 TraceContextTextMapPropagator, W3CBaggagePropagator]
             self._textmap = (textmap, default)  # one assignment: calls on other threads see both or neither
-        return default and not self._baggage.get_all()
+        return default
 
     def method(self, method: str) -> _MethodLabels:
         """A method's span name, span attributes, metric labels and duration labels per status code (not to be
@@ -274,35 +280,63 @@ class Telemetry:
         return known
 
     def observe(self, method: str, machine: CallMachine, addresses: List[str]) -> Optional[CallTelemetry]:
-        """The telemetry of a call starting now, or None when nothing would be exported."""
-        if self.metrics is None and self.tracer is None and not log.isEnabledFor(logging.DEBUG):
+        """The telemetry of a call starting now, or None when nothing would be exported. Whether the call is
+        traced in the log is decided now, for the whole call."""
+        tracing = log.isEnabledFor(logging.DEBUG)
+        if self.metrics is None and self.tracer is None and not tracing:
             return None
         machine.notes = []
-        return CallTelemetry(self, method, machine, addresses)
+        return CallTelemetry(self, method, machine, addresses, tracing)
+
+
+def _tuple_span_context(trace: Any) -> Any:
+    """OpenTelemetry's SpanContext class when it is a tuple of (trace_id, span_id, is_remote, trace_flags,
+    trace_state, is_valid), as it has always been: a span's context is then read by unpacking it, not through six
+    properties. None otherwise (the properties are read)."""
+    cls = trace.SpanContext
+    try:
+        probe = cls(0x1234, 0x5678, True, trace.TraceFlags(1))
+        fields = tuple(probe) if isinstance(probe, tuple) else ()
+    except Exception:  # (a layout of its own: read through the properties)
+        return None
+    expected = (probe.trace_id, probe.span_id, probe.is_remote, probe.trace_flags, probe.trace_state,
+                probe.is_valid)
+    if len(fields) != 6 or any(a is not b for a, b in zip(fields, expected, strict=True)):
+        return None
+    return cls
 
 
 class CallTelemetry:
     """One logical call's trace lines, span and metrics, from its machine's notes."""
 
-    __slots__ = ("_channel", "_method", "_machine", "_addresses", "_id", "_started", "_span", "_attempt_spans",
-                 "_where", "_codes", "_ended")
+    __slots__ = ("_channel", "_method", "_machine", "_addresses", "_tracing", "_id", "_started", "_span",
+                 "_context", "_parent", "_baggage", "_attempt_spans", "_where", "_codes", "_ended")
 
-    def __init__(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str]) -> None:
+    def __init__(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str],
+                 tracing: bool) -> None:
         self._channel = channel
         self._method = method
         self._machine = machine
         self._addresses = addresses   # the subchannels' list: index -> "host:port", grows, never reorders
+        self._tracing = tracing
         self._id = next(_call_ids)
         self._started = time.perf_counter()
         self._where: Dict[int, str] = {}   # attempt -> its backend
         self._codes: Dict[int, int] = {}   # attempt -> its status code
         self._ended = False
         self._span: Any = None
+        self._context: Any = None  # the caller's OpenTelemetry context: every attempt's, on whatever thread
+        self._parent: Any = None   # it with the call's span: the attempts' spans' parent
+        self._baggage = False      # whether the caller's context has baggage
         self._attempt_spans: Dict[int, Any] = {}
         if channel.tracer is not None:
             name, attributes, _, _ = channel.method(method)
-            self._span = channel.tracer.start_span(name, kind=channel._trace_api.SpanKind.CLIENT,
-                                                   attributes=attributes)
+            trace = channel._trace_api
+            self._context = caller = channel._context_api.get_current()
+            self._span = span = channel.tracer.start_span(name, context=caller, kind=channel._client,
+                                                          attributes=attributes)
+            self._parent = trace.set_span_in_context(span, caller)
+            self._baggage = bool(caller) and bool(channel._baggage.get_all(caller))  # (an empty context has none)
 
     def wire_context(self, n: int) -> Tuple[Tuple[str, str], ...]:
         """Attempt n's span as the trace context that goes on the wire (traceparent, tracestate), or ()."""
@@ -310,17 +344,24 @@ class CallTelemetry:
         if span is None:
             return ()
         api = self._channel
-        if api._w3c_only():  # what the default propagator writes, without its contexts (a third of the cost)
+        if not self._baggage and api._w3c_only():  # what the default propagator writes, without its contexts
             context = span.get_span_context()
-            if not context.is_valid:
+            if type(context) is api._span_context:
+                trace_id, span_id, _, flags, state, valid = context
+            else:
+                trace_id, span_id, flags, state, valid = (context.trace_id, context.span_id, context.trace_flags,
+                                                          context.trace_state, context.is_valid)
+            if not valid:
                 return ()
-            wire: Tuple[Tuple[str, str], ...] = (
-                ("traceparent", f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"),)
-            if context.trace_state:
-                wire += (("tracestate", context.trace_state.to_header()),)
+            # (valid: the ids fit their 16 and 8 bytes; to_bytes().hex() costs a third of format())
+            ids = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
+            hex_flags = _HEX_BYTES[flags] if 0 <= flags < 256 else f"{flags:02x}"
+            wire: Tuple[Tuple[str, str], ...] = (("traceparent", f"00-{ids}-{hex_flags}"),)
+            if state:
+                wire += (("tracestate", state.to_header()),)
             return wire
         carrier: Dict[str, str] = {}
-        api._propagate.inject(carrier, context=api._trace_api.set_span_in_context(span))
+        api._propagate.inject(carrier, context=api._trace_api.set_span_in_context(span, self._context))
         return tuple(carrier.items())
 
     # -- notes ---------------------------------------------------------------------------------------------
@@ -330,7 +371,7 @@ class CallTelemetry:
         notes = self._machine.take_notes()
         if notes is None:
             return
-        tracing = log.isEnabledFor(logging.DEBUG)
+        tracing = self._tracing
         i = 0
         while i < len(notes):
             note = notes[i]
@@ -363,8 +404,8 @@ class CallTelemetry:
         if self._span is not None:  # each attempt's span, a child of the call's
             api = self._channel
             self._attempt_spans[n] = api.tracer.start_span(
-                f"attempt {n + 1}", context=api._trace_api.set_span_in_context(self._span),
-                kind=api._trace_api.SpanKind.CLIENT,
+                f"attempt {n + 1}", context=self._parent,
+                kind=api._client,
                 attributes={"grpc_retry.attempt": n + 1, "grpc_retry.attempt_type": _TYPES[why],
                             "grpc_retry.previous_attempts": previous, "server.address": where})
         if why in _WHY:
@@ -378,7 +419,7 @@ class CallTelemetry:
     def _status(self, note: Tuple[Any, ...], decision: Optional[Tuple[Any, ...]], tracing: bool) -> None:
         _, n, code = note
         self._codes[n] = code
-        name = _CODE_NAMES.get(code, str(code))
+        name = _CODE_NAMES.get(code) or str(code)
         self._end_attempt_span(n, name, code)
         self._event("attempt ended", {"attempt": n + 1, "grpc.status": name})
         what = self._decision(decision, False) if decision is not None else None
@@ -429,7 +470,7 @@ class CallTelemetry:
         machine = self._machine
         if code < 0:  # delivered: attempt n's status
             code = self._codes.get(n, 0)
-        name = _CODE_NAMES.get(code, str(code))
+        name = _CODE_NAMES.get(code) or str(code)
         duration = time.perf_counter() - self._started
         retries, hedges = machine.retries, machine.hedges
         transparent = machine.transparent_retries

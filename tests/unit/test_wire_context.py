@@ -3,6 +3,7 @@ attempt's span (grpc_retry writes the default propagator's W3C headers itself, w
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
@@ -93,6 +94,24 @@ def test_a_tracestate_goes_with_it() -> None:
                                               "tracestate": "vendor=value,other=x"}
 
 
+class OwnSpanContext(trace.SpanContext):
+    """A span context of a class of its own (read through its properties, not unpacked)."""
+
+
+class OwnContextTracers(trace.TracerProvider):
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        tracer = trace.NoOpTracer()
+        tracer.start_span = lambda *args, **kwargs: TraceStated(  # type: ignore[method-assign]
+            OwnSpanContext(0xABC, 0xDEF, False, trace.TraceFlags(0)))
+        return tracer
+
+
+def test_a_span_context_of_its_own_class_is_read_through_its_properties() -> None:
+    call = started_call(OwnContextTracers())
+    assert dict(call.wire_context(0)) == propagated(call) == {"traceparent": "00-" + "0" * 29 + "abc-" + "0" * 13
+                                                              + "def-00"}
+
+
 def test_baggage_in_the_caller_s_context_goes_too() -> None:
     token = context.attach(baggage.set_baggage("tenant", "a b"))
     try:
@@ -101,6 +120,21 @@ def test_baggage_in_the_caller_s_context_goes_too() -> None:
         assert wire == propagated(call) and wire["baggage"] == "tenant=a+b"
     finally:
         context.detach(token)
+
+
+def test_a_later_attempt_carries_the_caller_s_baggage_on_any_thread() -> None:
+    """The caller's context is the call's: a retry started after the caller's context is gone (on a timer's or a
+    worker's thread) still carries its baggage."""
+    token = context.attach(baggage.set_baggage("tenant", "a"))
+    try:
+        call = started_call(TracerProvider())
+    finally:
+        context.detach(token)
+    wire: Dict[str, str] = {}
+    thread = threading.Thread(target=lambda: wire.update(call.wire_context(0)))
+    thread.start()
+    thread.join()
+    assert wire["baggage"] == "tenant=a" and "traceparent" in wire
 
 
 def test_an_application_s_propagator_is_the_one_used(global_textmap: None) -> None:
