@@ -386,15 +386,6 @@ class AioAttempt:
         self._callbacks.append(callback)
 
 
-class AioCallBase:
-    """A base of grpc_retry's aio calls. grpc.aio's close before 1.83 finds the calls to cancel by scanning every
-    task's frame for a `self` that is a grpc.aio.Call, and raises on one with neither `_channel` nor
-    `_cython_call`; a `_channel` that is no grpc.aio channel's makes it pass ours by (we cancel our own)."""
-
-    __slots__ = ()
-    _channel: Any = None
-
-
 # grpc.aio's interceptor calls (their cancel, done callbacks and response wrapping are what users of interceptors
 # see) with a grpc_retry call at the bottom of the chain. The chain itself is run here: grpcio runs it in a
 # method in some releases and in a closure in others, so neither can be overridden across the range.

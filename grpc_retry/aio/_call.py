@@ -35,7 +35,7 @@ from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, log
+from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, CallDriver, log
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -51,12 +51,12 @@ _FINISHED = "RPC already finished."
 _HALF_CLOSED = 'RPC is half closed after calling "done_writing".'
 
 
-class _Call(driver.CallDriver, internals.AioCallBase):
+class _Call(CallDriver):
     """The state and I/O that every cardinality shares."""
 
     __slots__ = (
-        "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener", "_local_details",
-        "_refusal",
+        "_channel", "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
+        "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
         "_callbacks", "_watchers", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
@@ -69,6 +69,10 @@ class _Call(driver.CallDriver, internals.AioCallBase):
             raise grpc.aio.UsageError("Call credentials are only valid on secure channels")
         super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
                          stream_request)
+        # grpc.aio's close before 1.83 finds the calls to cancel by scanning every task's frame for a `self` that is
+        # a grpc.aio.Call, and raises on one with neither `_channel` nor `_cython_call`; a `_channel` that is no
+        # grpc.aio channel's makes it pass ours by (we cancel our own).
+        self._channel = None
         self._loop = asyncio.get_running_loop()
         self._hedged = machine.hedging
         self._attempts: Dict[int, Any] = {}   # live attempts by number
