@@ -20,7 +20,7 @@ import collections
 import threading
 from functools import partial
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, Type, TypeVar, cast
 
 import grpc
 
@@ -219,9 +219,12 @@ class BlockingCall(_Attempts):
         pass
 
 
-class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpcio's Future is not generic
-    """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
-    the iterator (StreamingCall)."""
+_C = TypeVar("_C", bound="_NonBlocking")
+
+
+class _NonBlocking(_Attempts):
+    """A non-blocking call's state and work (an extension type, sync/_call.pxd); Call adds grpcio's abstract
+    classes over it."""
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
@@ -282,7 +285,8 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
             raise self._refusal        # the call site raises (the call has ended, INTERNAL)
 
     @classmethod
-    def adopting(cls, inline: Any, actions: List[Action], attempt: Any, timer_at: float, silent: float) -> Call:
+    def adopting(cls: Type[_C], inline: Any, actions: List[Action], attempt: Any, timer_at: float,
+                 silent: float) -> _C:
         """(Under `inline`'s lock.) A blocking hedged call that its inline driver (sync/_hedged.py) hands over,
         with its machine's state: attempt 0 if still out (`attempt`; its caller's thread may be polling it), the
         timer the machine has armed (`timer_at`), when attempt 0's empty headers came (`silent`, -1: not), and
@@ -924,7 +928,7 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
     def is_active(self) -> bool:
         return not self._finished
 
-    def time_remaining(self) -> Optional[float]:  # type: ignore[override]  # grpcio's is Optional
+    def time_remaining(self) -> Optional[float]:
         deadline = self._machine.deadline
         return None if deadline == INF else max(0.0, deadline - monotonic())
 
@@ -954,6 +958,12 @@ class Call(_Attempts, grpc.Call, grpc.Future):  # type: ignore[type-arg]  # grpc
     def debug_error_string(self) -> Optional[str]:
         self._until_done(None)
         return None if self._error is None else self._error.debug_error_string()
+
+
+# (grpcio's Future is not generic; its time_remaining() is typed float where grpcio's calls return None too)
+class Call(_NonBlocking, grpc.Call, grpc.Future):  # type: ignore[type-arg, misc]
+    """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
+    the iterator (StreamingCall)."""
 
 
 class StreamingCall(Call):
