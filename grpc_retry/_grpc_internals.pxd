@@ -1,5 +1,5 @@
 # Compiled as extension types (the .py stays their source): their own attributes are then read and set as C struct
-# fields, not looked up by name (~25% of the per-call instructions of grpc_retry's own code went to such lookups).
+# fields, not looked up by name (an asyncio unary call made ~240 such lookups, ~44k instructions: callgrind).
 
 cdef class AioMethod:
     cdef public object _multicallable, _handle, _headers_first, _stream
