@@ -1,4 +1,17 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd.
+# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its per-action methods are
+# cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name (a subclass's override,
+# even a Python class's, still runs). A subclass that defines one declares it again.
 
 cdef class CallDriver:
     cdef public object _machine, _method, _request, _metadata, _credentials, _compression, _grpc_wfr, _obs
+    cpdef _attempt_metadata(self, n, previous)
+    cpdef _act(self, actions)
+    cpdef _perform(self, action)
+    cpdef _start(self, n, address, previous)
+    cpdef _write(self, n, data)
+    cpdef _half_close(self, n)
+    cpdef _cancel_attempt(self, n)
+    cpdef _commit(self, n)
+    cpdef _arm(self, at)
+    cpdef _deliver(self, n)
+    cpdef _end(self, code)

@@ -34,6 +34,12 @@ def attempt_metadata(metadata: MetadataPairs, previous: int) -> MetadataPairs:
     return metadata if previous == 0 else metadata + ((PREVIOUS_ATTEMPTS, str(previous)),)
 
 
+def _replaced(metadata: MetadataPairs, pairs: MetadataPairs) -> MetadataPairs:
+    """`metadata` with `pairs` in place of its pairs of the same keys."""
+    keys = {key for key, _ in pairs}
+    return tuple(pair for pair in metadata if pair[0] not in keys) + pairs
+
+
 def broken(live: Iterable[int]) -> List[Action]:
     """(In an exception handler.) What ends a call whose machine failed deciding an event (a bug), on a thread or
     loop callback where the exception would only be logged: its live attempts cancelled, the call ended
@@ -109,8 +115,7 @@ class CallDriver:
         if self._obs is not None:
             wire = self._obs.wire_context(n)
             if wire and metadata:
-                keys = {key for key, _ in wire}
-                metadata = tuple(pair for pair in metadata if pair[0] not in keys) + wire
+                metadata = _replaced(metadata, wire)
             elif wire:
                 metadata = wire
         return metadata

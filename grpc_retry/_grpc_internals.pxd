@@ -1,5 +1,10 @@
 # Compiled as extension types (the .py stays their source): their own attributes are then read and set as C struct
-# fields, not looked up by name (an asyncio unary call made ~240 such lookups, ~44k instructions: callgrind).
+# fields, not looked up by name (an asyncio unary call made ~240 such lookups, ~44k instructions: callgrind). Their
+# own helpers, and the batch helpers, are C functions: called by name, each cost a method lookup and argument parsing.
+
+cpdef tuple _unary_ops(request, metadata, flags)
+cpdef tuple _start_batch(call, tuple operations, loop)
+cpdef bint _finish_batch(batch) except -1
 
 cdef class AioMethod:
     cdef public object _multicallable, _handle, _headers_first, _stream
@@ -10,3 +15,8 @@ cdef class AioAttempt:
     cdef public object _call, _loop, _status, _initial_metadata, _locally_cancelled, _waiters, _callbacks, _ops
     cdef public object _first, _last, _end_waits, _sending, _writing, _closing, _request_stream, sent
     cdef public object on_headers, on_end, on_sent, on_written
+    cdef _end(self, finished)
+    cdef _abandon(self)
+    cdef _wake(self)
+    cdef _set_headers(self, metadata)
+    cdef _set_status(self, status)

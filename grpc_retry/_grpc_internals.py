@@ -26,6 +26,19 @@ from grpc_retry._waiters import Waiters
 
 Metadata = Tuple[Any, ...]  # (key, value) pairs
 
+# The names a call uses, bound once: each read of a module's attribute is a lookup.
+EOF = cygrpc.EOF
+AioRpcStatus = cygrpc.AioRpcStatus
+ExecuteBatchError = cygrpc.ExecuteBatchError
+ReceiveInitialMetadataOperation = cygrpc.ReceiveInitialMetadataOperation
+ReceiveMessageOperation = cygrpc.ReceiveMessageOperation
+ReceiveStatusOnClientOperation = cygrpc.ReceiveStatusOnClientOperation
+SendCloseFromClientOperation = cygrpc.SendCloseFromClientOperation
+SendInitialMetadataOperation = cygrpc.SendInitialMetadataOperation
+SendMessageOperation = cygrpc.SendMessageOperation
+build_census_context = cygrpc.build_census_context
+execute_batch = cygrpc.execute_batch
+
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
 
@@ -76,17 +89,17 @@ _Batch = Tuple[Coroutine[Any, Any, None], "asyncio.Future[None]"]  # a started b
 def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ...], Tuple[Any, Any, Any]]:
     """A unary-unary exchange's operations: (what sends the request and half-closes, (what receives the headers,
     the message, the status))."""
-    sending = (cygrpc.SendInitialMetadataOperation(metadata, flags), cygrpc.SendMessageOperation(request, _NO_FLAGS),
-               cygrpc.SendCloseFromClientOperation(_NO_FLAGS))
-    return sending, (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS), cygrpc.ReceiveMessageOperation(_NO_FLAGS),
-                     cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS))
+    sending = (SendInitialMetadataOperation(metadata, flags), SendMessageOperation(request, _NO_FLAGS),
+               SendCloseFromClientOperation(_NO_FLAGS))
+    return sending, (ReceiveInitialMetadataOperation(_NO_FLAGS), ReceiveMessageOperation(_NO_FLAGS),
+                     ReceiveStatusOnClientOperation(_NO_FLAGS))
 
 
 def _start_batch(call: Any, operations: Tuple[Any, ...], loop: asyncio.AbstractEventLoop) -> _Batch:
     """Start a batch now, without a task: grpcio's execute_batch, run up to its one wait. It returns that coroutine
     and the future it waits on; once the future is done, `_finish_batch` runs the rest (which reads what the batch
     received into its operations)."""
-    batch = cygrpc.execute_batch(call, operations, loop)
+    batch = execute_batch(call, operations, loop)
     future = batch.send(None)
     future._asyncio_future_blocking = False  # yielded to us, not to a task
     return batch, future
@@ -98,7 +111,7 @@ def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
         batch.send(None)
     except StopIteration:
         return True
-    except cygrpc.ExecuteBatchError:
+    except ExecuteBatchError:
         return False
     batch.close()
     raise RuntimeError("grpcio's execute_batch waited more than once")
@@ -176,7 +189,7 @@ class AioAttempt:
         self._sending: Optional[_Batch] = None  # a request stream's metadata, going out
         self._writing: Optional[_Batch] = None  # ... a message of it
         self._closing: Optional[_Batch] = None  # ... its half-close (right behind its last message, maybe)
-        context = cygrpc.build_census_context()  # grpcio's observability, as its own calls (None without it)
+        context = build_census_context()  # grpcio's observability, as its own calls (None without it)
         if context is not None:
             cygrpc.set_instrumentation_context_on_call_aio(call, context)
         sending, receiving = _unary_ops(b"" if request is None else request, metadata, flags)
@@ -217,18 +230,18 @@ class AioAttempt:
     def write(self, data: bytes) -> None:
         """Send a message of the request stream: `on_written()` once it went (one that fails is not told: the
         attempt's end is). One message at a time."""
-        self._writing = self._send(cygrpc.SendMessageOperation(data, _NO_FLAGS), self._written)
+        self._writing = self._send(SendMessageOperation(data, _NO_FLAGS), self._written)
 
     def half_close(self) -> None:
         """Half-close the request stream, after the messages written (even the one still going out)."""
-        self._closing = self._send(cygrpc.SendCloseFromClientOperation(_NO_FLAGS), self._closed)
+        self._closing = self._send(SendCloseFromClientOperation(_NO_FLAGS), self._closed)
 
     def _send(self, operation: Any, done: Callable[[Any], None]) -> Optional[_Batch]:
         if self._status is not None:
             return None  # ended: the driver hears (or heard) how
         try:
             batch = _start_batch(self._call, (operation,), self._loop)
-        except cygrpc.ExecuteBatchError:
+        except ExecuteBatchError:
             return None  # C-core refused it: the call is over, and its status says how
         batch[1].add_done_callback(done)
         return batch
@@ -265,17 +278,17 @@ class AioAttempt:
             self._end(finished)
 
     def _end(self, finished: bool) -> None:
-        response = cygrpc.EOF
+        response = EOF
         if self._status is None:  # not cancelled meanwhile
             headers, message, status = self._ops
             if not finished:
-                self._set_status(cygrpc.AioRpcStatus(13, _CORE_ERROR, (), None))
+                self._set_status(AioRpcStatus(13, _CORE_ERROR, (), None))
             else:
                 self._set_headers(headers.initial_metadata())
                 code = status.code()
                 if code not in _STATUS_CODES:  # a code gRPC does not define: UNKNOWN, as newer grpcio reads it
                     code = 2
-                self._set_status(cygrpc.AioRpcStatus(code, status.details(), status.trailing_metadata(),
+                self._set_status(AioRpcStatus(code, status.details(), status.trailing_metadata(),
                                                      status.error_string()))
                 if code == 0 and message is not None and message.message() is not None:
                     response = message.message()
@@ -349,7 +362,7 @@ class AioAttempt:
         """A response stream's next message, or EOF once it has ended (its status then says how). As grpc.aio's
         read: none once the status is in."""
         if self._status is not None:
-            return cygrpc.EOF
+            return EOF
         return await self._call.receive_serialized_message()
 
     async def code(self) -> Any:
@@ -371,7 +384,7 @@ class AioAttempt:
             return False
         self._locally_cancelled = True
         self._call.cancel(_LOCALLY_CANCELLED)
-        self._set_status(cygrpc.AioRpcStatus(1, _LOCALLY_CANCELLED, None, None))
+        self._set_status(AioRpcStatus(1, _LOCALLY_CANCELLED, None, None))
         if self._ops:
             self._abandon()
             self._end(False)
@@ -562,9 +575,9 @@ def sync_request_stream(m: Any, requests: Iterator[bytes], workers: Any, respons
     flags = _WAIT_FOR_READY[wait_for_ready]
     if response_stream:
         state = _channel._RPCState(_channel._STREAM_STREAM_INITIAL_DUE, None, None, None, None)
-        operations: Any = ((cygrpc.SendInitialMetadataOperation(augmented, flags),
-                            cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)),
-                           (cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS),))
+        operations: Any = ((SendInitialMetadataOperation(augmented, flags),
+                            ReceiveStatusOnClientOperation(_NO_FLAGS)),
+                           (ReceiveInitialMetadataOperation(_NO_FLAGS),))
     else:
         state = _channel._RPCState(_channel._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
         # (grpcio's future() sends the metadata as given, not the compression's augmented one: so does this)
@@ -607,7 +620,7 @@ def _send_requests(requests: Iterator[bytes], state: Any, call: Any, tag: Any) -
             if state.code is not None or state.cancelled:
                 return
             due.add(_SEND_MESSAGE)
-            if not call.operate((cygrpc.SendMessageOperation(data, _NO_FLAGS),), tag):
+            if not call.operate((SendMessageOperation(data, _NO_FLAGS),), tag):
                 due.discard(_SEND_MESSAGE)  # the call is over
                 return
             while _SEND_MESSAGE in due and state.code is None:
@@ -617,7 +630,7 @@ def _send_requests(requests: Iterator[bytes], state: Any, call: Any, tag: Any) -
     with condition:
         if state.code is None and not state.cancelled:
             due.add(_SEND_CLOSE)
-            if not call.operate((cygrpc.SendCloseFromClientOperation(_NO_FLAGS),), tag):
+            if not call.operate((SendCloseFromClientOperation(_NO_FLAGS),), tag):
                 due.discard(_SEND_CLOSE)
 
 
@@ -914,13 +927,13 @@ class SyncStreamAttempt(_SyncAttempt):
         self._message: Optional[bytes] = None  # read, not yet taken
         self._headers_due = self._status_due = True
         self.on_end: Optional[Callable[[Any], None]] = on_end
-        headers = cygrpc.ReceiveInitialMetadataOperation(_NO_FLAGS)
-        self._status = cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS)
+        headers = ReceiveInitialMetadataOperation(_NO_FLAGS)
+        self._status = ReceiveStatusOnClientOperation(_NO_FLAGS)
         # As grpcio's: the request's batch (which can fail to start, and then leaves no batch behind) first.
         self._call = m._managed_call(
             _PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
-            ((cygrpc.SendInitialMetadataOperation(augmented, flags), cygrpc.SendMessageOperation(request, _NO_FLAGS),
-              cygrpc.SendCloseFromClientOperation(_NO_FLAGS), self._status), (headers,)),
+            ((SendInitialMetadataOperation(augmented, flags), SendMessageOperation(request, _NO_FLAGS),
+              SendCloseFromClientOperation(_NO_FLAGS), self._status), (headers,)),
             self._on_event, m._context, m._registered_call_handle)
 
     def _on_event(self, event: Any) -> bool:
@@ -972,7 +985,7 @@ class SyncStreamAttempt(_SyncAttempt):
             with self._lock:
                 if state.code is None and not self._reading:  # as grpcio's: once the status is in, no more reads
                     self._due += 1
-                    if self._call.operate((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), self._on_message):
+                    if self._call.operate((ReceiveMessageOperation(_NO_FLAGS),), self._on_message):
                         self._reading = True
                     else:
                         self._due -= 1

@@ -10,3 +10,22 @@ cdef class _Call(CallDriver):
     cdef public object _loop, _hedged, _attempts, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
     cdef public object _callbacks, _watchers, _peek, _reads, _delivered, _style
+    cpdef _start(self, n, address, previous)
+    cpdef _cancel_attempt(self, n)
+    cpdef _commit(self, n)
+    cpdef _arm(self, at)
+    cpdef _deliver(self, n)
+    cpdef _end(self, code)
+    cpdef _refused(self, error)
+    cpdef _follow(self, n, attempt)
+    cpdef _broken(self)
+    cpdef _ended(self, n, attempt, got_headers)
+    cpdef _headers_came(self, n, attempt)
+    cpdef _headers_first_ended(self, n, attempt, response)
+    cpdef _direct_ended(self, n, attempt, response)
+    cpdef _cancel(self, details, code=*)
+    cpdef _finish(self, code, details, initial, trailing, debug)
+    cpdef _stop_tasks(self)
+    cpdef _wake_readers(self)
+    cpdef _end_waiter(self)
+    cpdef _raise_if_failed(self)

@@ -12,6 +12,7 @@ once per message, its deserializer once per delivered response.
 from __future__ import annotations
 
 import asyncio
+from asyncio import get_running_loop
 from functools import partial
 from time import monotonic
 from typing import (
@@ -35,7 +36,16 @@ from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, INF, STATUS_CODES, CallDriver, log
+from grpc_retry._driver import (
+    CANCELLED_DETAILS,
+    INF,
+    STATUS_CODES,
+    CallDriver,
+    grpc_details,
+    log,
+    trailing_with_attempts,
+)
+from grpc_retry._grpc_internals import aio_initial_metadata, aio_locally_cancelled, aio_status
 from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -73,7 +83,7 @@ class _Call(CallDriver):
         # a grpc.aio.Call, and raises on one with neither `_channel` nor `_cython_call`; a `_channel` that is no
         # grpc.aio channel's makes it pass ours by (we cancel our own).
         self._channel = None
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_running_loop()
         self._hedged = machine.hedging
         self._attempts: Dict[int, Any] = {}   # live attempts by number
         self._last: Any = None                # the attempt whose status was reported last
@@ -208,19 +218,19 @@ class _Call(CallDriver):
 
     def _deliver(self, n: int) -> None:
         attempt, previous = self._last, self._machine.previous(n)
-        status = internals.aio_status(attempt)  # never None: _ended() took such an attempt as cancelled
+        status = aio_status(attempt)  # never None: _ended() took such an attempt as cancelled
         assert status is not None
         code = STATUS_CODES[status.code()]
         trailing = status.trailing_metadata()
         if previous > 0:
-            trailing = driver.trailing_with_attempts(trailing, previous)
-        initial = internals.aio_initial_metadata(attempt)
+            trailing = trailing_with_attempts(trailing, previous)
+        initial = aio_initial_metadata(attempt)
         if code is _OK and self._response is not None:
             self._response = self._method.deserialize(self._response)
             if self._response is UNDESERIALIZABLE:
                 self._finish(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED, (), (), None)
                 return
-        self._finish(code, driver.grpc_details(status.details(), bool(initial) or self._delivered), initial,
+        self._finish(code, grpc_details(status.details(), bool(initial) or self._delivered), initial,
                      trailing, None if code is _OK else status.debug_error_string())
 
     def _end(self, code: int) -> None:
@@ -237,8 +247,8 @@ class _Call(CallDriver):
         del self._attempts[n]
         if self._current == n:
             self._current = -1
-        status = internals.aio_status(attempt)
-        if status is None or internals.aio_locally_cancelled(attempt):
+        status = aio_status(attempt)
+        if status is None or aio_locally_cancelled(attempt):
             # Not by us (we forget an attempt before cancelling it): the application cancelled a task reading it,
             # and grpc.aio cancelled the RPC, as it does for its own calls.
             self._cancel(CANCELLED_DETAILS)
@@ -303,7 +313,7 @@ class _Call(CallDriver):
         call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
         if self._attempts.get(n) is not attempt or self._winner == n:
             return
-        if internals.aio_initial_metadata(attempt):
+        if aio_initial_metadata(attempt):
             self._decide(self._machine.headers, n, monotonic())
         else:
             cast("Dict[int, Any]", self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
@@ -329,7 +339,7 @@ class _Call(CallDriver):
             return
         if response is not _EOF:
             self._response = response
-        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
 
     # -- ending ---------------------------------------------------------------------------------------------------
 
@@ -531,7 +541,7 @@ class _StreamResponse(_Call):
         attempt.add_done_callback(partial(self._stream_done, n))
 
     def _stream_done(self, n: int, attempt: Any) -> None:
-        self._ended(n, attempt, bool(internals.aio_initial_metadata(attempt)))
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
 
     async def read(self) -> Any:
         if self._done and self._peek is None:

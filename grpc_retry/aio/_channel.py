@@ -24,7 +24,7 @@ from grpc_retry._backends import AioSubchannels
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry.aio import _call
+from grpc_retry.aio._call import StreamStreamCall, StreamUnaryCall, UnaryStreamCall, UnaryUnaryCall
 from grpc_retry.aio._timers import CallTimers
 
 log = logging.getLogger("grpc_retry")
@@ -60,7 +60,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, bases.AioUnaryUnaryMultiCallable):
 
     def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return _call.UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+        return UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
                                     metadata, credentials, wait_for_ready, compression)
 
 
@@ -77,7 +77,7 @@ class UnaryStreamMultiCallable(_MultiCallable, bases.AioUnaryStreamMultiCallable
 
     def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return _call.UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+        return UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
                                      metadata, credentials, wait_for_ready, compression)
 
 
@@ -94,7 +94,7 @@ class StreamUnaryMultiCallable(_MultiCallable, bases.AioStreamUnaryMultiCallable
 
     def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return _call.StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+        return StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
                                      self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
@@ -111,7 +111,7 @@ class StreamStreamMultiCallable(_MultiCallable, bases.AioStreamStreamMultiCallab
 
     def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return _call.StreamStreamCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+        return StreamStreamCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
                                       self._serializer, metadata, credentials, wait_for_ready, compression)
 
 

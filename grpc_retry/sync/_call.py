@@ -444,7 +444,7 @@ class _NonBlocking(_Attempts):
                 return
             if method.unary_response:
                 return  # its watcher reports its end, once it has its response
-        if not reports and not call.add_callback(lambda: self._ended(n, call)):
+        if not reports and not call.add_callback(partial(self._ended, n, call)):
             self._ended(n, call)
 
     def _not_started(self, error: Exception) -> None:
@@ -493,7 +493,7 @@ class _NonBlocking(_Attempts):
             if timer is not None:
                 timer.cancel()
             if at != INF and self._timer_token == token and not self._ending:
-                self._timer = TIMERS.schedule(at - monotonic(), lambda: self._on_timer(token))
+                self._timer = TIMERS.schedule(at - monotonic(), partial(self._on_timer, token))
 
     def _on_timer(self, token: int) -> None:
         with self._lock:
