@@ -183,7 +183,7 @@ class AioAttempt:
         self.on_end: Optional[Callable[[Any], None]] = None
         self.on_sent: Optional[Callable[[], None]] = None
         self.on_written: Optional[Callable[[], None]] = None
-        self._end_waits: Optional[bool] = None  # headers first: the end, done before the headers were read
+        self._end_waits: Optional[bool] = None  # a response stream's end, done before its headers were read
         self._request_stream = request is None
         self.sent = False  # a request stream's metadata went out
         self._sending: Optional[_Batch] = None  # a request stream's metadata, going out
@@ -215,7 +215,12 @@ class AioAttempt:
             self._first[1].add_done_callback(self._headers_done)
         else:
             self._last = _start_batch(call, sending + (headers,) + response, loop)
-        self._last[1].add_done_callback(self._end_done)
+        if stream or not headers_first:
+            # A response stream's end is watched from the start: it must come after the reads C-core ended before
+            # it (their tasks are woken in that order). A unary response's, headers first, once the headers' batch
+            # is read (`_headers_done`): its end is told after the headers anyway, and C-core ends the headers'
+            # batch no later than the call. One done callback a call then, most often.
+            self._last[1].add_done_callback(self._end_done)
 
     def _sent_done(self, _: Any) -> None:
         sending, self._sending = self._sending, None
@@ -260,19 +265,28 @@ class AioAttempt:
         first, self._first = self._first, None
         if first is None:
             return  # cancelled meanwhile: it ended then
-        if _finish_batch(first[0]) and self._status is None:  # else it failed before its headers: the end says
-            self._set_headers(self._ops[0].initial_metadata())
-            # Empty headers with the end already here need no telling: the end tells all.
-            if self.on_headers is not None and (self._initial_metadata or not self._last[1].done()):
-                self.on_headers()
-        if self._end_waits is not None:  # the end came first, and waited for the headers
-            self._end(self._end_waits)
+        end = self._last[1]
+        try:
+            if _finish_batch(first[0]) and self._status is None:  # else it failed before its headers: the end says
+                self._set_headers(self._ops[0].initial_metadata())
+                # Empty headers with the end already here need no telling: the end tells all.
+                if self.on_headers is not None and (self._initial_metadata or not end.done()):
+                    self.on_headers()
+        finally:
+            if self._ops:  # (else cancelled meanwhile, by on_headers' commit say: it ended then)
+                if self._end_waits is not None:  # a response stream's end came first, and waited for the headers
+                    self._end(self._end_waits)
+                elif self._ops[1] is not None:  # a unary response: its end is watched from now on
+                    if end.done():
+                        self._end_done(end)
+                    else:
+                        end.add_done_callback(self._end_done)
 
     def _end_done(self, _: Any) -> None:
         if not self._ops:
             return  # cancelled meanwhile: it ended then
         finished = _finish_batch(self._last[0])
-        if self._first is not None:  # the headers' batch is done too, but not yet read: the end comes after it
+        if self._first is not None:  # a response stream's headers' batch is done too, but not yet read
             self._end_waits = finished
         else:
             self._end(finished)

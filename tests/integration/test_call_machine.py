@@ -193,6 +193,18 @@ def test_both_apis_make_the_same_attempts(scenario):
     assert aio == sync
 
 
+def test_a_message_read_commits_before_its_attempts_status_is_heard(client, backends):
+    # The response and the status come together: the read of the message must reach the machine (a commit)
+    # before the attempt's status does, or the call retries after the application has its message. The race
+    # is the loop's (or the threads') order of the two: many calls, so that a wrong order shows.
+    ch = client.channel(target(backends), [("grpc.service_config", retry_config())])
+    for _ in range(40):
+        backends[0].script(SERVER_STREAM, Step(code=UNAVAILABLE, responses=1))
+        out = ch.server_stream(SERVER_STREAM, b"x", timeout=10)
+        assert (out.code, out.responses) == (UNAVAILABLE, [b"x#0"])
+    assert not backends[1].attempts_of(SERVER_STREAM)
+
+
 # -- a call ends even when its machine fails ----------------------------------------------------------------------
 
 
