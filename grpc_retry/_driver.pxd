@@ -1,6 +1,6 @@
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its per-action methods are
-# cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name (a subclass's override,
-# even a Python class's, still runs). A subclass that defines one declares it again.
+# cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name. A subclass's def of one
+# overrides it there (Cython makes it cpdef), and a Python class's override still runs.
 
 cdef class CallDriver:
     cdef public object _machine, _method, _request, _metadata, _credentials, _compression, _grpc_wfr, _obs

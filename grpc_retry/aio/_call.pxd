@@ -10,12 +10,6 @@ cdef class _Call(CallDriver):
     cdef public object _loop, _hedged, _attempts, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
     cdef public object _callbacks, _watchers, _peek, _reads, _delivered, _style
-    cpdef _start(self, n, address, previous)
-    cpdef _cancel_attempt(self, n)
-    cpdef _commit(self, n)
-    cpdef _arm(self, at)
-    cpdef _deliver(self, n)
-    cpdef _end(self, code)
     cpdef _refused(self, error)
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)

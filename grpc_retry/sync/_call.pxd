@@ -10,14 +10,6 @@ cdef class _Attempts(CallDriver):
 
 cdef class BlockingCall(_Attempts):
     cdef public object _next, _timer_at, _generation, _ended, _last, _local_details, _with_call
-    cpdef _start(self, n, address, previous)
-    cpdef _write(self, n, data)
-    cpdef _half_close(self, n)
-    cpdef _cancel_attempt(self, n)
-    cpdef _commit(self, n)
-    cpdef _arm(self, at)
-    cpdef _deliver(self, n)
-    cpdef _end(self, code)
 
 
 cdef class _NonBlocking(_Attempts):
@@ -26,11 +18,3 @@ cdef class _NonBlocking(_Attempts):
     cdef public object _listener, _live, _local_details, _lock, _outboxes, _peek, _polled, _poller, _pulling
     cdef public object _queue, _reads, _refusal, _requests, _responses, _serializer, _silent, _timer
     cdef public object _timer_token, _tokens, _unpolled, _wait_token
-    cpdef _start(self, n, address, previous)
-    cpdef _write(self, n, data)
-    cpdef _half_close(self, n)
-    cpdef _cancel_attempt(self, n)
-    cpdef _commit(self, n)
-    cpdef _arm(self, at)
-    cpdef _deliver(self, n)
-    cpdef _end(self, code)
