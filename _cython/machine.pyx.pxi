@@ -270,8 +270,9 @@ cdef class CallMachine:
 
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now,
                       bint got_headers=False):
-        """Attempt n ended with `code`. `got_headers`: it had received response headers, which commit the call
-        (for call shapes that report headers only with the status)."""
+        """Attempt n ended with `code`. `got_headers`: it had answered (response headers, or a unary response
+        with the status), which commits the call to it first, as headers() would have (for call shapes that
+        report the answer only with the status)."""
         cdef _Attempt a = self._live(n, "status")
         cdef int kind
         cdef bint retryable, stop, throttled = False
@@ -283,6 +284,8 @@ cdef class CallMachine:
         self._last = n
         if self.live == 0:
             self._idle_since = now
+        if got_headers and self.winner != n:
+            self._answer(n, a, now, out)
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
         if self.picker.counting:  # outlier detection: the backend's result (one that never left us is not)
@@ -290,8 +293,6 @@ cdef class CallMachine:
                 self.picker.record(a.address, a.born, True)
             elif transparent_kind(code, details) != NOT_SENT:
                 self.picker.record(a.address, a.born, False)
-        if got_headers and self.winner != n:
-            self._commit_to(n, out)
         if code != STATUS_OK and (self.winner < 0 or self.winner == n):
             kind = transparent_kind(code, details)
             if kind >= 0 and self._redo(a, kind, now):
@@ -422,18 +423,23 @@ cdef class CallMachine:
 
     cdef list _answered(self, int n, str event, double now):
         cdef _Attempt a = self._live(n, event)
-        cdef HedgingControl hedge = self.policy.hedge
-        cdef int i
         out = []
         if self.winner != n:
-            if self.hedging and hedge is not None:
-                hedge.record(now - a.started, now)
-                for i in range(len(self._attempts)):  # the losers took at least this long (censored samples)
-                    a = <_Attempt>self._attempts[i]
-                    if a.live and i != n:
-                        hedge.record_censored(now - a.started, now)
-            self._commit_to(n, out)
+            self._answer(n, a, now, out)
         return out
+
+    cdef void _answer(self, int n, _Attempt a, double now, list out) except *:
+        # Attempt n answered first: the call commits to it. Adaptive hedging takes its latency as a sample.
+        cdef HedgingControl hedge = self.policy.hedge
+        cdef _Attempt other
+        cdef int i
+        if self.hedging and hedge is not None:
+            hedge.record(now - a.started, now)
+            for i in range(len(self._attempts)):  # the losers took at least this long (censored samples)
+                other = <_Attempt>self._attempts[i]
+                if other.live and i != n:
+                    hedge.record_censored(now - other.started, now)
+        self._commit_to(n, out)
 
     cdef _Attempt _live(self, int n, str event):
         if self.state == DONE or n < 0 or n >= len(self._attempts) or not (<_Attempt>self._attempts[n]).live:

@@ -78,6 +78,17 @@ _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique wit
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
 
 
+_LOG_CACHE: Dict[int, bool] = getattr(log, "_cache", {})  # logging's answers by level, cleared as levels change
+
+
+def _debug_logged() -> bool:
+    """log.isEnabledFor(DEBUG), without its Python call once logging has cached the answer (every call asks)."""
+    cached = _LOG_CACHE.get(logging.DEBUG)
+    if cached is None or log.disabled:
+        return log.isEnabledFor(logging.DEBUG)
+    return cached
+
+
 def trace_from_environment() -> None:
     """GRPC_RETRY_TRACE=1: the trace log on stderr, with no code."""
     if os.environ.get(TRACE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
@@ -282,7 +293,7 @@ class Telemetry:
     def observe(self, method: str, machine: CallMachine, addresses: List[str]) -> Optional[CallTelemetry]:
         """The telemetry of a call starting now, or None when nothing would be exported. Whether the call is
         traced in the log is decided now, for the whole call."""
-        tracing = log.isEnabledFor(logging.DEBUG)
+        tracing = _debug_logged()
         if self.metrics is None and self.tracer is None and not tracing:
             return None
         machine.notes = []

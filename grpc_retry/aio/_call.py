@@ -241,7 +241,9 @@ class _Call(CallDriver):
     # -- what the attempts report ---------------------------------------------------------------------------------
 
     def _ended(self, n: int, attempt: Any, got_headers: bool) -> None:
-        """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours)."""
+        """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours).
+        `got_headers`: it had answered, which commits the call to it first (an unhedged call's OK needs no
+        commit: it ends the call)."""
         if self._attempts.get(n) is not attempt:
             return
         del self._attempts[n]
@@ -257,7 +259,7 @@ class _Call(CallDriver):
         code = status.code()
         try:
             if code == 0:
-                actions = self._machine.status(n, 0, None, None, monotonic())
+                actions = self._machine.status(n, 0, None, None, monotonic(), got_headers and self._hedged)
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
                                                got_headers)
@@ -315,23 +317,20 @@ class _Call(CallDriver):
             return
         if aio_initial_metadata(attempt):
             self._decide(self._machine.headers, n, monotonic())
-        else:
-            cast("Dict[int, Any]", self._watchers)[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+        elif self._watchers is not None:  # (always, hedged)
+            self._watchers[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
 
     def _headers_first_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
-        """A hedged unary attempt ended, with its response or EOF: a response commits the call to it (unless its
-        headers did already), then its status goes to the machine."""
-        grace = cast("Dict[int, Any]", self._watchers).pop(n, None)
+        """A hedged unary attempt ended, with its response or EOF: its status goes to the machine, and a response
+        commits the call to it first (unless its headers did already): an OK status then delivers it."""
+        grace = None if self._watchers is None else self._watchers.pop(n, None)  # (no cast(): a Python call)
         if grace is not None:
             grace.cancel()
         if self._attempts.get(n) is not attempt:
             return
         if response is not _EOF:
-            if self._winner != n:
-                self._decide(self._machine.message, n, monotonic())
-            if self._winner == n:
-                self._response = response
-        self._ended(n, attempt, False)
+            self._response = response
+        self._ended(n, attempt, response is not _EOF)
 
     def _direct_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
         """An unhedged unary-unary attempt ended, with its response or EOF."""

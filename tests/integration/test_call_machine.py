@@ -230,10 +230,11 @@ def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends
     if event == "backoff timer":
         backends[0].script(UNARY, fail(UNAVAILABLE))
         config, failing = retry_config(backoff="0.3s"), ("timer",)
-    else:  # the answer (headers, message) of a hedged call's first attempt, held until the machine is swapped
+    else:  # the answer (headers, message; on asyncio a response told with its status) of a hedged call's first
+        # attempt, held until the machine is swapped
         answer = threading.Event()
         backends[0].script(UNARY, Step(gate=answer))
-        config, failing = hedging_config(delay="5s"), ("headers", "message")
+        config, failing = hedging_config(delay="5s"), ("headers", "message", "status")
     ch = client.channel(backends[0].target, [("grpc.service_config", config)])
     call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
     call._machine = _Failing(call._machine, *failing)  # before the event

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from grpc_retry._core import (
     BUCKET_ERROR,
     CANCEL,
+    COMMIT,
     DELIVER,
     END,
     KEEP,
@@ -210,6 +211,26 @@ def test_the_machine_hedges_after_the_adaptive_delay_and_learns_from_answers():
     actions = m.start(2.5, b"x")
     timers = [a[1] for a in actions if a[0] == TIMER]
     assert timers and abs((timers[0] - 2.5) / 0.020 - 1) <= TOLERANCE
+
+
+def test_an_answer_told_with_its_status_teaches_as_headers_do():
+    # asyncio's hedged unary attempts tell a response with its status (got_headers): the same sample, the same
+    # commit before the end.
+    delays = []
+    for answer_with_status in (False, True):
+        control = HedgingControl(0.001, 0.95)
+        policy = hedge_policy(control)
+        for i in range(100):  # answers after 20 ms, one call every 25 ms
+            m = machine(policy)
+            m.start(i * 0.025, b"x")
+            if answer_with_status:
+                actions = m.status(0, 0, None, None, i * 0.025 + 0.020, True)
+                assert [a[0] for a in actions if a[0] in (COMMIT, DELIVER)] == [COMMIT, DELIVER]
+            else:
+                m.headers(0, i * 0.025 + 0.020)
+                m.status(0, 0, None, None, i * 0.025 + 0.020)
+        delays.append(control.delay(2.5))
+    assert abs(delays[0] / 0.020 - 1) <= TOLERANCE and delays[1] == delays[0]
 
 
 # -- a closed loop: calls through the real machine, in simulated time ---------------------------------------------

@@ -1,0 +1,5 @@
+# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. A hedged call arms and
+# disarms a timer here; its own attributes are then C struct fields, not looked up by name.
+
+cdef class CallTimers:
+    cdef public object _loop, _heap, _seq, _handle, _handle_at, _dead
