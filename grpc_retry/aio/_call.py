@@ -240,10 +240,10 @@ class _Call(CallDriver):
 
     # -- what the attempts report ---------------------------------------------------------------------------------
 
-    def _ended(self, n: int, attempt: Any, got_headers: bool) -> None:
+    def _ended(self, n: int, attempt: Any, answered: bool) -> None:
         """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours).
-        `got_headers`: it had answered, which commits the call to it first (an unhedged call's OK needs no
-        commit: it ends the call)."""
+        `answered`: its headers or response came with its end, which commits the call to it first (an unhedged
+        call's OK needs no commit: it ends the call)."""
         if self._attempts.get(n) is not attempt:
             return
         del self._attempts[n]
@@ -259,10 +259,10 @@ class _Call(CallDriver):
         code = status.code()
         try:
             if code == 0:
-                actions = self._machine.status(n, 0, None, None, monotonic(), got_headers and self._hedged)
+                actions = self._machine.status(n, 0, None, None, monotonic(), answered and self._hedged)
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
-                                               got_headers)
+                                               answered)
         except Exception:  # as in _decide (inline: every call comes here)
             actions = self._broken()
         self._act(actions)
