@@ -2,8 +2,12 @@
 # cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name. A subclass's def of one
 # overrides it there (Cython makes it cpdef), and a Python class's override still runs.
 
+from grpc_retry._method cimport Method
+
+
 cdef class CallDriver:
-    cdef public object _machine, _method, _request, _metadata, _credentials, _compression, _grpc_wfr, _obs
+    cdef public Method _method
+    cdef public object _machine, _request, _metadata, _credentials, _compression, _grpc_wfr, _obs
     cpdef _attempt_metadata(self, n, previous)
     cpdef _act(self, actions)
     cpdef _perform(self, action)

@@ -7,7 +7,7 @@ cpdef tuple _start_batch(call, tuple operations, loop)
 cpdef bint _finish_batch(batch) except -1
 
 cdef class AioMethod:
-    cdef public object _multicallable, _handle, _headers_first, _stream
+    cdef public object _multicallable, _handle, _headers_first, _stream, _channel, _method, _loop, _register
 
 
 cdef class AioAttempt:

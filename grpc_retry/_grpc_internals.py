@@ -122,28 +122,32 @@ class AioMethod:
     multicallable is (with bytes, or None for a request stream). `headers_first`: they show their response headers
     before the response (a response stream's always do); `stream`: a response stream."""
 
-    __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream")
+    __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream", "_channel", "_method", "_loop",
+                 "_register")
 
     def __init__(self, multicallable: Any, headers_first: bool, stream: bool = False) -> None:
-        self._multicallable = multicallable  # grpc.aio's multicallable of the method, for its channel and method
+        self._multicallable = multicallable  # grpc.aio's multicallable of the method
         handle = getattr(multicallable, "_registered_call_handle", None)  # grpcio 1.71 on
         self._handle = () if handle is None else (handle,)
         self._headers_first = headers_first or stream
         self._stream = stream
+        # What each attempt needs of it, read once (they are fixed): its Cython channel, method and loop, and
+        # where grpc.aio tracks its calls (1.83 on: its close cancels them), or None.
+        self._channel = multicallable._channel
+        self._method = multicallable._method
+        self._loop = multicallable._loop
+        self._register = getattr(getattr(multicallable, "_python_channel", None), "_register_call", None)
 
     def __call__(self, request: Optional[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> AioAttempt:
-        m = self._multicallable
         if compression or not isinstance(metadata, tuple):
-            metadata = tuple(m._init_metadata(metadata, compression))
+            metadata = tuple(self._multicallable._init_metadata(metadata, compression))
         deadline = None if timeout is None else time.time() + timeout
-        call = m._channel.call(m._method, deadline, credentials, wait_for_ready, *self._handle)
-        attempt = AioAttempt(call, m._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready],
+        call = self._channel.call(self._method, deadline, credentials, wait_for_ready, *self._handle)
+        attempt = AioAttempt(call, self._loop, request, metadata, _WAIT_FOR_READY[wait_for_ready],
                              self._headers_first, self._stream)
-        # Tracked as grpc.aio's own calls are (its close cancels them), where grpc.aio tracks them (1.83 on).
-        register = getattr(getattr(m, "_python_channel", None), "_register_call", None)
-        if register is not None:
-            register(attempt)
+        if self._register is not None:  # tracked as grpc.aio's own calls are
+            self._register(attempt)
         return attempt
 
 
@@ -304,8 +308,10 @@ class AioAttempt:
                     code = 2
                 self._set_status(AioRpcStatus(code, status.details(), status.trailing_metadata(),
                                                      status.error_string()))
-                if code == 0 and message is not None and message.message() is not None:
-                    response = message.message()
+                if code == 0 and message is not None:
+                    received = message.message()
+                    if received is not None:
+                        response = received
         self._ops = ()
         on_end = self.on_end
         # They hold the attempt: no cycle outlives it (nor its C-core call).

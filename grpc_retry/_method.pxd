@@ -1,6 +1,18 @@
+from grpc_retry._telemetry cimport Telemetry
+
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. The channels' methods are
 # Python classes over it.
 
 cdef class Method:
     cdef public object _state, _method, _serializer, deserializer, _inner, _policy, _attempt_kind, direct
-    cdef public object headers_first, reports_end, subchannels, calls, attempt_streams, unary_response
+    cdef public object headers_first, reports_end, subchannels, attempt_streams, unary_response
+    cdef public set calls
+    cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
+    cdef public Telemetry _telemetry
+    cdef public object _addresses
+    cpdef inner(self, index)
+    cpdef _serialize(self, request)
+    cpdef closed(self)
+    cpdef observe(self, machine)
+    cpdef deserialize(self, message)
+    cpdef _machine(self, timeout, wait_for_ready, unary_request)

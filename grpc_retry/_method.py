@@ -3,6 +3,7 @@ method on each subchannel (the grpcio multicallable that attempts go through, ca
 
 from __future__ import annotations
 
+import logging
 import math
 from time import monotonic
 from typing import Any, Callable, Dict, Optional, Tuple, cast
@@ -11,7 +12,6 @@ import grpc
 
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._core import CallMachine
-from grpc_retry._driver import log
 from grpc_retry._stats import ChannelStats, ThrottleState, throttle_state
 from grpc_retry._telemetry import CallTelemetry
 
@@ -23,6 +23,7 @@ Credentials = Optional[grpc.CallCredentials]
 Compression = Optional[grpc.Compression]
 
 _INF = math.inf
+log = logging.getLogger("grpc_retry")  # (not _driver's: _driver is built on this module)
 STREAMING_SHAPES = ("unary_stream", "stream_stream")
 UNDESERIALIZABLE = object()  # what deserialize() returns when the application's deserializer failed
 DESERIALIZE_FAILED = "Exception deserializing response!"
@@ -34,7 +35,8 @@ class Method:
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "reports_end", "subchannels", "calls", "attempt_streams",
-                 "unary_response")
+                 "unary_response", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker", "_per_rpc_buffer",
+                 "_enable_retries", "_telemetry", "_addresses")
     # The channel's own attempt shape for a unary response, made from grpcio's multicallable of the method and whether
     # it shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
@@ -70,6 +72,14 @@ class Method:
             self.attempt_streams and own and self.RESPONSE_STREAM is not None)
         self.subchannels = subchannels
         self.calls = state.calls
+        # What each call's machine is made with, read once: fixed for the channel's life (its rng is not: read
+        # per call).
+        self._timeout = self._policy.timeout
+        self._wait_for_ready = self._policy.wait_for_ready
+        self._throttle, self._pool, self._picker = state.throttle, state.pool, subchannels.picker
+        self._per_rpc_buffer, self._enable_retries = state.options.per_rpc_buffer, state.options.enable_retries
+        self._telemetry = state.telemetry
+        self._addresses = subchannels.addresses  # (one list, grown in place)
         self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)
 
     def inner(self, index: int) -> Any:
@@ -104,7 +114,7 @@ class Method:
 
     def observe(self, machine: CallMachine) -> Optional[CallTelemetry]:
         """A starting call's telemetry, or None when nothing would be exported."""
-        return self._state.telemetry.observe(self._method, machine, self.subchannels.addresses)
+        return self._telemetry.observe(self._method, machine, self._addresses)
 
     def deserialize(self, message: bytes) -> Any:
         """A response for the application, or UNDESERIALIZABLE (the call then fails INTERNAL)."""
@@ -118,15 +128,13 @@ class Method:
 
     def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool) -> CallMachine:
         """A new call's machine: its deadline is the sooner of the call's timeout and the method's."""
-        state, policy = self._state, self._policy
-        limit = policy.timeout
+        limit = self._timeout
         if timeout is not None and timeout < limit:
             limit = timeout
         if wait_for_ready is None:
-            wait_for_ready = policy.wait_for_ready
-        options = state.options
-        return CallMachine(policy, state.throttle, state.pool, self.subchannels.picker, options.per_rpc_buffer,
-                           _INF if limit == _INF else monotonic() + limit, state.rng, options.enable_retries,
+            wait_for_ready = self._wait_for_ready
+        return CallMachine(self._policy, self._throttle, self._pool, self._picker, self._per_rpc_buffer,
+                           _INF if limit == _INF else monotonic() + limit, self._state.rng, self._enable_retries,
                            bool(wait_for_ready), unary_request)
 
 

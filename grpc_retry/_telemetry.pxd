@@ -3,6 +3,7 @@
 cdef class Telemetry:
     cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
     cdef public object _context_api, _client, _textmap, _span_context, _methods
+    cpdef observe(self, method, machine, addresses)
 
 
 cdef class CallTelemetry:

@@ -78,14 +78,15 @@ _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique wit
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
 
 
-_LOG_CACHE: Dict[int, bool] = getattr(log, "_cache", {})  # logging's answers by level, cleared as levels change
+_LOG_CACHE: Dict[int, bool] = getattr(log, "_cache", {})
+_DEBUG = logging.DEBUG  # logging's answers by level, cleared as levels change
 
 
 def _debug_logged() -> bool:
     """log.isEnabledFor(DEBUG), without its Python call once logging has cached the answer (every call asks)."""
-    cached = _LOG_CACHE.get(logging.DEBUG)
+    cached = _LOG_CACHE.get(_DEBUG)
     if cached is None or log.disabled:
-        return log.isEnabledFor(logging.DEBUG)
+        return log.isEnabledFor(_DEBUG)
     return cached
 
 
