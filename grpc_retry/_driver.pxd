@@ -4,6 +4,11 @@
 
 from grpc_retry._method cimport Method
 
+# The helpers a call's path uses: C calls from the drivers (cimported), Python functions for the rest.
+cpdef attempt_metadata(metadata, previous)
+cpdef trailing_with_attempts(trailing, previous)
+cpdef grpc_details(details, answered)
+
 
 cdef class CallDriver:
     cdef public Method _method

@@ -2,6 +2,9 @@
 # fields, not looked up by name (an asyncio unary call made ~240 such lookups, ~44k instructions: callgrind). Their
 # own helpers, and the batch helpers, are C functions: called by name, each cost a method lookup and argument parsing.
 
+cpdef aio_status(attempt)
+cpdef aio_initial_metadata(attempt)
+cpdef aio_locally_cancelled(attempt)
 cpdef tuple _unary_ops(request, metadata, flags)
 cpdef tuple _start_batch(call, tuple operations, loop)
 cpdef bint _finish_batch(batch) except -1

@@ -1,5 +1,7 @@
 # Compiled as extension types (the .py stays their source): see _grpc_internals.pxd.
 
+cpdef _debug_logged()
+
 cdef class Telemetry:
     cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
     cdef public object _context_api, _client, _textmap, _span_context, _methods

@@ -1,7 +1,7 @@
 # Compiled as extension types (the .py stays their source): see _grpc_internals.pxd. Call and StreamingCall are
 # Python classes over _NonBlocking (with grpcio's abstract classes).
 
-from grpc_retry._driver cimport CallDriver
+from grpc_retry._driver cimport CallDriver, grpc_details
 
 
 cdef class _Attempts(CallDriver):
