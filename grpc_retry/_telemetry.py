@@ -78,8 +78,8 @@ _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique wit
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
 
 
-_LOG_CACHE: Dict[int, bool] = getattr(log, "_cache", {})
-_DEBUG = logging.DEBUG  # logging's answers by level, cleared as levels change
+_LOG_CACHE: Dict[int, bool] = getattr(log, "_cache", {})  # logging's answers by level, cleared as levels change
+_DEBUG = logging.DEBUG
 
 
 def _debug_logged() -> bool:
