@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import logging
+import os
+import re
 import threading
 import time
 from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Tuple, cast
@@ -514,17 +517,23 @@ class SyncEnded:
         self._state = state
 
 
-def sync_blocking_unary(m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                        wait_for_ready: Optional[bool], compression: Any) -> SyncEnded:
-    """A blocking unary-unary exchange on grpcio's sync multicallable `m` of a subchannel, driven on its Cython
-    call as grpcio's blocking call drives it (one batch, waited for on this thread), without the call state,
-    event handling and rendezvous that grpcio's adds. Raises what grpcio raises for a call it cannot start."""
+def sync_unary_start(m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                     wait_for_ready: Optional[bool], compression: Any) -> Tuple[Any, Tuple[Any, Any, Any]]:
+    """A blocking unary-unary exchange on grpcio's sync multicallable `m` of a subchannel, started on its Cython
+    call as grpcio's blocking call starts it (one batch), without the call state, event handling and rendezvous
+    that grpcio's adds: the call and its receiving operations, for sync_unary_end(). Raises what grpcio raises for
+    a call it cannot start."""
     sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
                                     _WAIT_FOR_READY[wait_for_ready])
     deadline = _channel._determine_deadline(None if timeout is None else time.time() + timeout)
     call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
                                       None if credentials is None else credentials._credentials,
                                       ((sending + receiving, None),), m._context, m._registered_call_handle)
+    return call, receiving
+
+
+def sync_unary_end(call: Any, receiving: Tuple[Any, Any, Any]) -> SyncEnded:
+    """A started blocking unary-unary exchange, waited for on this thread as grpcio's blocking call waits."""
     call.next_event()
     headers, message, status = receiving
     state = _AttemptState()
@@ -1109,6 +1118,56 @@ def new_sync_channel(target: str, options: Any, credentials: Optional[grpc.Chann
     """A subchannel: grpcio's own sync channel class, made as grpc.insecure_channel / secure_channel make it —
     never through those constructors, which an instrumentation (or install()) may have replaced."""
     return _channel.Channel(target, tuple(options), _cygrpc_credentials(credentials), compression)
+
+
+# channelz: which sync subchannel's connection was remade. A channel's channelz id is not told by grpcio: the
+# channels made since the last listing are listed, and a subchannel's is the newest one with its target (made
+# and listed under one lock, taken for every subchannel grpc_retry makes so; channelz ids grow with creation).
+_CHANNELZ_LOCK = threading.Lock()
+_channelz_next = 1  # where the next listing starts: every top channel below it was listed before
+_SUBCHANNEL_ID = re.compile(rb'"subchannelId":"?([0-9]+)')
+
+
+def _channelz_after_fork() -> None:
+    global _CHANNELZ_LOCK
+    _CHANNELZ_LOCK = threading.Lock()  # another thread may have held it as the process forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_channelz_after_fork)
+
+
+def new_sync_channel_with_id(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                             compression: Optional[grpc.Compression]) -> Tuple[grpc.Channel, Optional[int]]:
+    """new_sync_channel, and the channel's channelz id (None: not found, as where channelz is off)."""
+    global _channelz_next
+    with _CHANNELZ_LOCK:
+        channel = new_sync_channel(target, options, credentials, compression)
+        found = None
+        try:
+            while True:
+                page = json.loads(cygrpc.channelz_get_top_channels(_channelz_next))
+                listed = page.get("channel") or ()
+                for entry in listed:
+                    cid = int(entry["ref"]["channelId"])
+                    _channelz_next = max(_channelz_next, cid + 1)
+                    if entry.get("data", {}).get("target") == target:
+                        found = cid
+                if page.get("end", True) or not listed:
+                    break
+        except (ValueError, KeyError, TypeError):  # not grpcio's channelz as known: no id
+            found = None
+    return channel, found
+
+
+def channelz_subchannels(cid: int) -> Optional[Tuple[bytes, ...]]:
+    """The channelz ids of the subchannels a sync channel's load balancer holds now (None: the channel is gone).
+    Its pick_first makes a new subchannel for each connection it makes after losing one (grpcio 1.70-1.85)."""
+    try:
+        data = cygrpc.channelz_get_channel(cid)
+    except ValueError:
+        return None
+    return tuple(_SUBCHANNEL_ID.findall(data if isinstance(data, bytes) else data.encode()))
 
 
 def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],

@@ -9,8 +9,9 @@ cdef class Method:
     cdef public set calls
     cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
     cdef public Telemetry _telemetry
-    cdef public object _addresses
+    cdef public object _addresses, _started
     cpdef inner(self, index)
+    cpdef attempt_started(self, index)
     cpdef _serialize(self, request)
     cpdef closed(self)
     cpdef observe(self, machine)

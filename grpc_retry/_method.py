@@ -36,7 +36,7 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "reports_end", "subchannels", "calls", "attempt_streams",
                  "unary_response", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker", "_per_rpc_buffer",
-                 "_enable_retries", "_telemetry", "_addresses")
+                 "_enable_retries", "_telemetry", "_addresses", "_started")
     # The channel's own attempt shape for a unary response, made from grpcio's multicallable of the method and whether
     # it shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
@@ -80,6 +80,7 @@ class Method:
         self._per_rpc_buffer, self._enable_retries = state.options.per_rpc_buffer, state.options.enable_retries
         self._telemetry = state.telemetry
         self._addresses = subchannels.addresses  # (one list, grown in place)
+        self._started = subchannels.attempt_started if getattr(subchannels, "reads_started", False) else None
         self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)
 
     def inner(self, index: int) -> Any:
@@ -97,6 +98,13 @@ class Method:
                 multicallable = cast(Callable[[Any], Any], self.RESPONSE_STREAM)(multicallable)
             entry = self._inner[index] = (channel, multicallable)
         return entry[1]
+
+    def attempt_started(self, index: int) -> None:
+        """(Sync drivers.) An attempt has just been started on subchannel `index`: a name's subchannels read their
+        state then (_backends/sync.py)."""
+        started = self._started
+        if started is not None:
+            started(index)
 
     def _serialize(self, request: Any) -> Optional[bytes]:
         """The request's bytes, or None if the application's serializer failed (the call then fails INTERNAL)."""

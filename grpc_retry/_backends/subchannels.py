@@ -299,6 +299,12 @@ class Subchannels:
             self._lookup.reresolve(self)  # a backend lost, or unreachable: has the name moved?
         self._notify()
 
+    def on_remade(self, index: int, channel: Any) -> None:
+        """Slot `index`'s grpcio channel `channel` lost its connection and made another between two reads of its
+        state (the flavor's watcher tells): as for any loss, the name is looked up again."""
+        if self._lookup is not None and self._channels[index] is channel and not self.closed:
+            self._lookup.reresolve(self)
+
     def _with_health(self, index: int, state: int) -> int:
         """A17: a connected subchannel is READY only while its backend says SERVING."""
         if state != READY or self.health_service is None:

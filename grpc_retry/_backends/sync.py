@@ -9,7 +9,9 @@ READY or unused one every 2 s (at 1 s, 600 subchannels would cost 0.1% of a core
 tells it to look (an attempt sent to it, a kick). A READY subchannel whose connection is lost is seen within 2 s;
 an attempt sent to it meanwhile reconnects it, as on a grpcio channel. Under calls, that reconnection leaves the
 loss in view for well under a millisecond (IDLE until the next call, CONNECTING for a loopback handshake): only
-attempts see it, each reading its subchannel's state as it is sent (see ATTEMPT_READ_EVERY).
+attempts see it. A name's subchannels are read by each attempt just after it started (attempt_started), and what
+a read can still miss shows in channelz, which the poller reads for them (CHANNELZ_BUDGET); given addresses' are
+read at most once a millisecond, before an attempt (ATTEMPT_READ_EVERY).
 While some subchannel is connecting or down, the poller waits for its next sweep inside a short grpcio watch (at
 most 50 ms), which polls grpcio: older grpcio (1.70) makes a sync connection progress only while a thread does.
 While every subchannel is READY or unused, it never enters grpcio but for the non-blocking checks, so grpcio's
@@ -21,8 +23,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from time import monotonic
-from typing import Any, Callable, Dict, List, Optional
+from time import monotonic, perf_counter
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -35,22 +37,31 @@ from grpc_retry._timer import TIMERS
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
 DRIVE = 0.05  # the longest the poller waits inside a grpcio watch (a poke waits at most this long)
-# Attempts read their subchannel's state at most this often: a read takes the grpcio channel's lock, which each of
-# its own calls takes too (read on every attempt, it costs sync calls at 16 in flight ~4% of their CPU). Only for
-# addresses given as such: there a missed loss costs nothing (the next call reconnects). A name's subchannels are
-# read by every attempt, for a lost connection is when the name is looked up again (a pod's max_connection_age,
-# the usual way to have clients find new pods): calls come in bursts, and on grpcio 1.70 a connection's GOAWAY is
-# read by a call's own polling, so the attempt right after the one that saw READY is the one that sees the loss.
+# Attempts to addresses given as such read their subchannel's state at most this often, as they are sent: a read
+# takes the grpcio channel's lock, which each of its own calls takes too (read on every attempt, it costs sync calls
+# at 16 in flight ~4% of their CPU), and there a missed loss costs nothing (the next call reconnects). A name's
+# subchannels are read by every attempt, just after it started (attempt_started): a lost connection is when the name
+# is looked up again (a pod's max_connection_age, the usual way to have clients find new pods). Read before it
+# started, the attempt that reconnected a subchannel could miss that: another thread's call reads the GOAWAY
+# (on grpcio 1.70, inside its own polling) between this attempt's read and its start, and the reconnection is over
+# by the next attempt's read. Read after, that attempt mostly finds it CONNECTING, or IDLE.
 ATTEMPT_READ_EVERY = 0.001
+# Still, a loss can come and go between two attempts' reads: on grpcio 1.70 a call's polling reads the GOAWAY and
+# the next attempt's start has the connection made again, within half a millisecond (4 threads calling through a
+# name whose pod's connections live 1 s: 7 losses in 59 unseen by reads). What stays is in channelz: a name's
+# grpcio channel holds a new subchannel for each connection it makes. The poller compares them on each subchannel
+# attempts have used, every MEDIUM at most; such a read costs ~4 us on grpcio 1.70 and ~150 on 1.85 (its channelz
+# answers are built through protobuf), so reads are spaced out to take at most CHANNELZ_BUDGET of a core.
+CHANNELZ_BUDGET = 0.002
 
 
 class _Entry:
     """One watched subchannel."""
 
     __slots__ = ("owner", "index", "channel", "read", "state", "seen", "hot_until", "period", "dead", "drain_until",
-                 "read_after")
+                 "read_after", "cid", "links", "used", "check_after")
 
-    def __init__(self, owner: SyncSubchannels, index: int, channel: grpc.Channel) -> None:
+    def __init__(self, owner: SyncSubchannels, index: int, channel: grpc.Channel, cid: Optional[int]) -> None:
         self.owner = weakref.ref(owner)  # a channel dropped without close() is not kept alive by its poller
         self.index = index
         self.channel = channel
@@ -62,6 +73,10 @@ class _Entry:
         self.dead = False
         self.drain_until = 0.0  # retired: closed once its calls end, or then at the latest
         self.read_after = 0.0  # attempts read its state again from then on
+        self.cid = cid      # a name's: its grpcio channel's channelz id (see CHANNELZ_BUDGET)
+        self.links: Tuple[bytes, ...] = ()  # the channelz ids of that channel's subchannels, last read (): unread
+        self.used = False   # an attempt started on it since those were read
+        self.check_after = 0.0
 
 
 class Poller:
@@ -72,6 +87,8 @@ class Poller:
         self._groups: Dict[float, List[_Entry]] = {FAST: [], MEDIUM: [], SLOW: []}
         self._due: Dict[float, float] = {FAST: 0.0, MEDIUM: 0.0, SLOW: 0.0}
         self._count = 0
+        self._named = 0  # entries with a channelz id
+        self._channelz_cost = 0.0  # seconds a channelz read takes (a moving average)
         self._thread: Optional[threading.Thread] = None
 
     def add(self, entry: _Entry, hot: bool) -> None:
@@ -80,6 +97,7 @@ class Poller:
         with self._cond:
             self._groups[FAST].append(entry)
             self._count += 1
+            self._named += entry.cid is not None
             self._due[FAST] = 0.0
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grpc_retry-connectivity", daemon=True)
@@ -139,7 +157,7 @@ class Poller:
                 for entry in group:
                     if period == SLOW and not entry.dead and not entry.drain_until:  # most: READY, unchanged
                         try:
-                            if entry.read(False) == entry.state == READY:
+                            if entry.read(False) == entry.state == READY and not entry.used:
                                 continue
                         except ValueError:
                             pass
@@ -154,6 +172,7 @@ class Poller:
                         self._groups[period].remove(entry)
                         if wanted < 0:
                             self._count -= 1
+                            self._named -= entry.cid is not None
                             continue
                         entry.period = wanted
                         self._groups[wanted].append(entry)
@@ -201,6 +220,7 @@ class Poller:
         seen, entry.seen = entry.seen, -1
         if seen >= 0 and seen != entry.state:  # e.g. IDLE after a GOAWAY, which the attempt has since ended
             entry.state = seen
+            entry.links = ()  # a loss seen: the connection it makes next is not news
             try:
                 owner.on_state(entry.index, entry.channel, seen)
             except Exception:
@@ -217,18 +237,41 @@ class Poller:
             except Exception:
                 log.exception("grpc_retry: connectivity change failed")
         if state == READY:
-            return SLOW
+            if not entry.used:
+                return SLOW
+            if now >= entry.check_after and self._remade(entry, now):
+                try:
+                    owner.on_remade(entry.index, entry.channel)
+                except Exception:
+                    log.exception("grpc_retry: connectivity change failed")
+            return MEDIUM
+        entry.links = ()  # a loss seen: the connection it makes next is not news
         if state == CONNECTING or entry.hot_until > now:
             return FAST
         if state == TRANSIENT_FAILURE or (owner.active and owner.eager):
             return MEDIUM
         return SLOW
 
+    def _remade(self, entry: _Entry, now: float) -> bool:
+        """Whether a used READY subchannel of a name is on another connection than when last read (channelz)."""
+        entry.used = False
+        if entry.cid is None:
+            return False
+        started = perf_counter()
+        links = internals.channelz_subchannels(entry.cid)
+        self._channelz_cost += (perf_counter() - started - self._channelz_cost) / 8
+        entry.check_after = now + max(MEDIUM, self._channelz_cost * self._named / CHANNELZ_BUDGET)
+        if links is None:  # closed meanwhile
+            return False
+        previous, entry.links = entry.links, links
+        return bool(previous) and bool(links) and links != previous
+
     def _after_fork(self) -> None:
         # The thread did not come along; the parent's subchannels are unusable in the child.
         self._cond = threading.Condition(threading.Lock())
         self._groups = {FAST: [], MEDIUM: [], SLOW: []}
         self._count = 0
+        self._named = 0
         self._thread = None
 
 
@@ -301,7 +344,8 @@ def _stop_watches(watches: Dict[int, _HealthWatch]) -> None:
 
 
 class SyncSubchannels(Subchannels):
-    _read_every = ATTEMPT_READ_EVERY  # a name's: 0 (set once the target is known)
+    reads_started = False  # a name's: its attempts tell when they have started (attempt_started)
+    _made_cid: Optional[int] = None  # the channelz id of the grpcio channel _make_channel just made
 
     def __init__(self, *args: Any) -> None:
         self._entries: List[Optional[_Entry]] = []
@@ -309,7 +353,7 @@ class SyncSubchannels(Subchannels):
         weakref.finalize(self, _stop_watches, self._health_watches)
         self._retired: List[_Entry] = []
         super().__init__(*args)
-        self._read_every = ATTEMPT_READ_EVERY if self._lookup is None else 0.0
+        self.reads_started = self._lookup is not None  # see ATTEMPT_READ_EVERY
 
     @property
     def eager(self) -> bool:
@@ -319,12 +363,17 @@ class SyncSubchannels(Subchannels):
         return TIMERS.schedule(delay, callback, shared=True)  # the channel's, not a call's
 
     def _make_channel(self, address: str) -> Any:
-        return internals.new_sync_channel(address, self._options, self._credentials, self._compression)
+        if not self.reads_started:
+            return internals.new_sync_channel(address, self._options, self._credentials, self._compression)
+        channel, self._made_cid = internals.new_sync_channel_with_id(address, self._options, self._credentials,
+                                                                     self._compression)
+        return channel
 
     def _watch(self, index: int, channel: grpc.Channel, connect: bool) -> None:
         if connect:
             internals.sync_connectivity(channel, True)
-        entry = _Entry(self, index, channel)
+        cid, self._made_cid = self._made_cid, None  # (made just before, under the lock)
+        entry = _Entry(self, index, channel, cid)
         while len(self._entries) <= index:
             self._entries.append(None)
         self._entries[index] = entry
@@ -349,24 +398,42 @@ class SyncSubchannels(Subchannels):
         channel = self._channels[index]
         if channel is None or not self.active or connect:
             return super().channel(index, connect)
-        entry = self._entries[index]
-        now = monotonic()
-        if entry is not None and now >= entry.read_after:
-            # Under load a lost connection is IDLE only until the next attempt reconnects it: too briefly for the
-            # poller, but seen here. The poller reports it (never this caller's thread).
-            entry.read_after = now + self._read_every
-            try:
-                state = entry.read(False)
-            except ValueError:  # closed meanwhile: the attempt will say so
-                return channel
-            if state != entry.state:
-                entry.seen = state
-                POLLER.poke(entry)
-                if state != READY:
+        if not self.reads_started:  # addresses given as such: read before the attempt, at most once a millisecond
+            entry = self._entries[index]
+            now = monotonic()
+            if entry is not None and now >= entry.read_after:
+                entry.read_after = now + ATTEMPT_READ_EVERY
+                state = self._look(entry)
+                if state is not None and state != READY:
                     return channel
         if self.picker.state(index) != READY:
             self._touch(index, channel, False)
         return channel
+
+    def attempt_started(self, index: int) -> None:
+        """(A name's subchannels.) An attempt was just started on slot `index`: its state, read now, tells whether
+        its connection was lost (see ATTEMPT_READ_EVERY)."""
+        entry = self._entries[index] if index < len(self._entries) else None
+        if entry is not None:
+            if not entry.used:
+                entry.used = True
+                if entry.period == SLOW:  # busy from now on: read by the poller every MEDIUM (see _remade)
+                    POLLER.poke(entry)
+            self._look(entry)
+
+    @staticmethod
+    def _look(entry: _Entry) -> Optional[int]:
+        """An entry's state, read on an attempt's thread (None: closed meanwhile, which the attempt will say). A
+        change is the poller's to report (never this caller's thread): under load a lost connection is IDLE only
+        until the next attempt reconnects it, too briefly for the poller's own reads."""
+        try:
+            state: int = entry.read(False)
+        except ValueError:
+            return None
+        if state != entry.state:
+            entry.seen = state
+            POLLER.poke(entry)
+        return state
 
     def _retire(self, index: int, channel: Any) -> None:
         entry = self._entries[index] if index < len(self._entries) else None

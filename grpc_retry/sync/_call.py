@@ -165,10 +165,13 @@ class BlockingCall(_Attempts):
         inner = self._method.inner(address)
         try:
             if self._with_call:
+                self._method.attempt_started(address)  # (grpcio's blocking call: no moment between is ours)
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
             elif internals.sync_direct():  # no call object wanted: the exchange on grpcio's Cython call
-                ended = internals.sync_blocking_unary(inner, cast(bytes, self._request),
-                                                      **self._kwargs(n, address, previous))
+                started, receiving = internals.sync_unary_start(inner, cast(bytes, self._request),
+                                                                **self._kwargs(n, address, previous))
+                self._method.attempt_started(address)
+                ended = internals.sync_unary_end(started, receiving)
                 state = ended._state
                 code = cast(grpc.StatusCode, state.code)
                 if code is not _OK:
@@ -177,6 +180,7 @@ class BlockingCall(_Attempts):
                                                 monotonic(), bool(state.initial_metadata))
                 response, call = state.response, None
             else:  # grpcio's observability plugin records its own blocking calls: grpcio's, then
+                self._method.attempt_started(address)
                 response, call = inner(self._request, **self._kwargs(n, address, previous)), None
         except grpc.RpcError as error:
             self._last = error, None
@@ -418,6 +422,7 @@ class _NonBlocking(_Attempts):
                     self._changed.notify_all()
             self._not_started(error)
             return
+        method.attempt_started(address)
         elsewhere = False
         with self._lock:
             if pollable:

@@ -132,6 +132,7 @@ class HedgedBlockingCall(_Attempts):
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._refused(error)
             return False
+        method.attempt_started(address)
         return True
 
     def _refused(self, error: Exception) -> None:

@@ -147,6 +147,7 @@ class BlockingStreamCall(_Attempts):
                     inner, self._attempt_requests(n, self._outbox), **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             return self._not_started(error)
+        self._method.attempt_started(address)
         ended = attempt.run(self._method.workers)
         with lock:
             self._attempt = None
