@@ -90,12 +90,12 @@ def test_a_connection_remade_unseen_by_state_reads_still_has_the_name_looked_up_
                 unary = channel.unary_unary(deploy.UNARY)
                 unary(b"", timeout=10)
                 first = dns.count("remade.test")
-                until = time.monotonic() + 4.5
+                until = time.monotonic() + 6.5
                 while time.monotonic() < until:
                     unary(b"", timeout=10)
                     time.sleep(0.005)
                 lookups.append((dns.count("remade.test") - first) / 2)  # A and AAAA per lookup
-        assert lookups[0] >= 3 and lookups[1] <= 1, lookups  # 4-5 connections lost in 4.5 s
+        assert lookups[0] >= 4 and lookups[1] <= 2, lookups  # ~6 connections lost in 6.5 s
     finally:
         pod.kill()
         dns.close()
