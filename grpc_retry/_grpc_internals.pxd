@@ -6,8 +6,17 @@ cpdef aio_status(attempt)
 cpdef aio_initial_metadata(attempt)
 cpdef aio_locally_cancelled(attempt)
 cpdef tuple _unary_ops(request, metadata, flags)
-cpdef tuple _start_batch(call, tuple operations, loop)
-cpdef bint _finish_batch(batch) except -1
+cdef int _PENDING, _COMPLETED, _FINISHED, _ABANDONED
+
+
+cdef class _Batch:
+    cdef object _coroutine, _loop, _error, done
+    cdef bint _direct
+    cdef int _state
+    cdef bint completed(self)
+    cdef bint finish(self) except -1
+    cdef abandon(self)
+    cpdef _tell(self)
 
 cdef class AioMethod:
     cdef public object _multicallable, _handle, _headers_first, _stream, _channel, _method, _loop, _register
@@ -16,7 +25,8 @@ cdef class AioMethod:
 cdef class AioAttempt:
     cdef object __weakref__  # grpc.aio's channel tracks its calls in a WeakSet
     cdef public object _call, _loop, _status, _initial_metadata, _locally_cancelled, _waiters, _callbacks, _ops
-    cdef public object _first, _last, _end_waits, _sending, _writing, _closing, _request_stream, sent
+    cdef _Batch _first, _last, _sending, _writing, _closing
+    cdef public object _end_waits, _request_stream, _direct, sent
     cdef public object on_headers, on_end, on_sent, on_written
     cdef _end(self, finished)
     cdef _abandon(self)

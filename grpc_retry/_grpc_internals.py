@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import grpc
 from grpc import _channel, _compression, _observability, aio
@@ -41,6 +41,7 @@ SendInitialMetadataOperation = cygrpc.SendInitialMetadataOperation
 SendMessageOperation = cygrpc.SendMessageOperation
 build_census_context = cygrpc.build_census_context
 execute_batch = cygrpc.execute_batch
+_get_running_loop = asyncio._get_running_loop
 
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
@@ -86,9 +87,6 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
 _CORE_ERROR = "Internal error from Core"
 
-_Batch = Tuple[Coroutine[Any, Any, None], "asyncio.Future[None]"]  # a started batch: its coroutine, its future
-
-
 def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ...], Tuple[Any, Any, Any]]:
     """A unary-unary exchange's operations: (what sends the request and half-closes, (what receives the headers,
     the message, the status))."""
@@ -98,26 +96,108 @@ def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ..
                      ReceiveStatusOnClientOperation(_NO_FLAGS))
 
 
-def _start_batch(call: Any, operations: Tuple[Any, ...], loop: asyncio.AbstractEventLoop) -> _Batch:
-    """Start a batch now, without a task: grpcio's execute_batch, run up to its one wait. It returns that coroutine
-    and the future it waits on; once the future is done, `_finish_batch` runs the rest (which reads what the batch
-    received into its operations)."""
-    batch = execute_batch(call, operations, loop)
-    future = batch.send(None)
-    future._asyncio_future_blocking = False  # yielded to us, not to a task
-    return batch, future
+_PENDING, _COMPLETED, _FINISHED, _ABANDONED = 0, 1, 2, 3  # a batch's states
+_DONE = object()  # the coroutine of a finished batch
 
 
-def _finish_batch(batch: Coroutine[Any, Any, None]) -> bool:
-    """Finish a started batch whose future is done: False if it failed (the call's status then says how)."""
-    try:
-        batch.send(None)
-    except StopIteration:
-        return True
-    except ExecuteBatchError:
-        return False
-    batch.close()
-    raise RuntimeError("grpcio's execute_batch waited more than once")
+class _Batch:
+    """A batch started now on a grpc.aio Cython call, with no task and no asyncio future: grpcio's `execute_batch`
+    coroutine, run up to its one wait, waits on this object, which it also takes for its loop. grpcio's completion
+    queue hands a batch's completion to any loop but its own through `call_soon_threadsafe`, which this runs at once
+    on the loop's thread. `direct`: it then tells `done` at once, where a future would have the loop run its done
+    callbacks a turn later (a future, a handle and a loop turn per batch). Else it tells it a turn later, as a
+    future: after the completions C-core gave with it (the response's, that make the response headers need no
+    telling; a response stream's reads, grpc.aio's own, which must come before its end). Once told, `finish()` runs
+    the rest of the coroutine, which reads what the batch received into its operations."""
+
+    __slots__ = ("_coroutine", "_loop", "_direct", "_state", "_error", "done")
+
+    def __init__(self, call: Any, operations: Tuple[Any, ...], loop: asyncio.AbstractEventLoop,
+                 direct: bool) -> None:
+        self._loop = loop
+        self._direct = direct
+        self._state = _PENDING
+        self._error: Optional[BaseException] = None
+        self.done: Optional[Callable[[], None]] = None  # told once the batch completed (set later, maybe)
+        self._coroutine: Any = None  # (not Optional: a cast() would be a Python call)
+        coroutine = execute_batch(call, operations, self)
+        coroutine.send(None)  # up to its wait (it raises ExecuteBatchError if C-core refused the batch)
+        self._coroutine = coroutine
+
+    def completed(self) -> bool:
+        return self._state == _COMPLETED
+
+    def finish(self) -> bool:
+        """Finish the completed batch: False if it failed (the call's status then says how)."""
+        self._state = _FINISHED
+        coroutine, self._coroutine = self._coroutine, _DONE
+        try:
+            coroutine.send(None)
+        except StopIteration:
+            return True
+        except ExecuteBatchError:
+            return False
+        raise RuntimeError("grpcio's execute_batch waited more than once")
+
+    def abandon(self) -> None:
+        """Stop waiting for it (its call was cancelled): C-core completes it later, maybe once the loop is closed,
+        into nothing, as grpc.aio's batch once its task is cancelled."""
+        self.done = None
+        if self._state != _FINISHED:
+            self._state = _ABANDONED
+            self._coroutine.close()
+
+    def _tell(self) -> None:
+        done, self.done = self.done, None  # it holds the attempt, which holds this
+        if done is not None:
+            try:
+                done()
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as error:  # as the loop does with a done callback that raised
+                self._loop.call_exception_handler({"message": "grpc_retry: an attempt's batch callback failed",
+                                                   "exception": error})
+
+    # What execute_batch asks of its loop ...
+
+    def create_future(self) -> _Batch:
+        return self
+
+    def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any) -> None:
+        if _get_running_loop() is self._loop:
+            callback(*args)
+        else:
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    # ... and of its future.
+
+    def cancelled(self) -> bool:
+        return self._state == _ABANDONED
+
+    def set_result(self, _: Any) -> None:
+        self._state = _COMPLETED
+        if self._direct:
+            self._tell()
+        else:
+            self._loop.call_soon(self._tell)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self.set_result(None)
+
+    def __await__(self) -> _Batch:
+        return self
+
+    def __iter__(self) -> _Batch:
+        return self
+
+    def __next__(self) -> _Batch:
+        if self._coroutine is None:  # the wait, in __init__ (`finish` then ends it)
+            return self
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        raise StopIteration
 
 
 class AioMethod:
@@ -173,8 +253,8 @@ class AioAttempt:
     asks of its calls: done(), cancel(), code(), add_done_callback()."""
 
     __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
-                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream", "sent",
-                 "on_headers", "on_end", "on_sent", "on_written",
+                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream",
+                 "_direct", "sent", "on_headers", "on_end", "on_sent", "on_written",
                  "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
 
     def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: Optional[bytes], metadata: Metadata,
@@ -205,35 +285,38 @@ class AioAttempt:
             message = None
         self._ops: Tuple[Any, ...] = (headers, message, status)  # () once ended
         response = (status,) if message is None else (message, status)
+        self._direct = direct = not stream  # (see _Batch)
         if request is None:  # first, for it raises on metadata grpcio cannot send
-            self._sending = _start_batch(call, sending[:1], loop)
-            self._sending[1].add_done_callback(self._sent_done)
+            self._sending = _Batch(call, sending[:1], loop, direct)
+            self._sending.done = self._sent_done
             sending = ()
-        # (the batch, its future): the one that ends with the status, and (headers first) the one before it
+        # The batch that ends with the status, and (headers first) the one before it
         self._first: Optional[_Batch] = None
         if headers_first:
-            # The response's batch now: started only once the headers came, it would end a loop turn later.
-            self._last = _start_batch(call, response, loop)
+            # The response's batch now: started only once the headers came, it would end a loop turn later. The
+            # headers' batch is told a turn after it completed: a unary response most often comes with the headers,
+            # and then tells all (on_headers would commit a call whose end is already here).
+            self._last = _Batch(call, response, loop, direct)
             try:
-                self._first = _start_batch(call, sending + (headers,), loop)
+                self._first = _Batch(call, sending + (headers,), loop, False)
             except BaseException:
                 self._abandon()
                 raise
-            self._first[1].add_done_callback(self._headers_done)
+            self._first.done = self._headers_done
         else:
-            self._last = _start_batch(call, sending + (headers,) + response, loop)
+            self._last = _Batch(call, sending + (headers,) + response, loop, direct)
         if stream or not headers_first:
             # A response stream's end is watched from the start: it must come after the reads C-core ended before
             # it (their tasks are woken in that order). A unary response's, headers first, once the headers' batch
             # is read (`_headers_done`): its end is told after the headers anyway, and C-core ends the headers'
-            # batch no later than the call. One done callback a call then, most often.
-            self._last[1].add_done_callback(self._end_done)
+            # batch no later than the call.
+            self._last.done = self._end_done
 
-    def _sent_done(self, _: Any) -> None:
+    def _sent_done(self) -> None:
         sending, self._sending = self._sending, None
         if sending is None:
             return  # cancelled meanwhile: it ended then
-        if _finish_batch(sending[0]) and self._status is None:  # else it failed: the end says how
+        if sending.finish() and self._status is None:  # else it failed: the end says how
             self.sent = True
             self._wake()
             if self.on_sent is not None:
@@ -248,51 +331,51 @@ class AioAttempt:
         """Half-close the request stream, after the messages written (even the one still going out)."""
         self._closing = self._send(SendCloseFromClientOperation(_NO_FLAGS), self._closed)
 
-    def _send(self, operation: Any, done: Callable[[Any], None]) -> Optional[_Batch]:
+    def _send(self, operation: Any, done: Callable[[], None]) -> Optional[_Batch]:
         if self._status is not None:
             return None  # ended: the driver hears (or heard) how
         try:
-            batch = _start_batch(self._call, (operation,), self._loop)
+            batch = _Batch(self._call, (operation,), self._loop, self._direct)
         except ExecuteBatchError:
             return None  # C-core refused it: the call is over, and its status says how
-        batch[1].add_done_callback(done)
+        batch.done = done
         return batch
 
-    def _written(self, _: Any) -> None:
+    def _written(self) -> None:
         writing, self._writing = self._writing, None
-        if writing is not None and _finish_batch(writing[0]) and self.on_written is not None:
+        if writing is not None and writing.finish() and self.on_written is not None:
             self.on_written()  # (None: cancelled meanwhile, it ended then)
 
-    def _closed(self, _: Any) -> None:
+    def _closed(self) -> None:
         closing, self._closing = self._closing, None
         if closing is not None:
-            _finish_batch(closing[0])  # (one that failed: the attempt's end says how)
+            closing.finish()  # (one that failed: the attempt's end says how)
 
-    def _headers_done(self, _: Any) -> None:
+    def _headers_done(self) -> None:
         first, self._first = self._first, None
         if first is None:
             return  # cancelled meanwhile: it ended then
-        end = self._last[1]
+        end = self._last
         try:
-            if _finish_batch(first[0]) and self._status is None:  # else it failed before its headers: the end says
+            if first.finish() and self._status is None:  # else it failed before its headers: the end says how
                 self._set_headers(self._ops[0].initial_metadata())
                 # Empty headers with the end already here need no telling: the end tells all.
-                if self.on_headers is not None and (self._initial_metadata or not end.done()):
+                if self.on_headers is not None and (self._initial_metadata or not end.completed()):
                     self.on_headers()
         finally:
             if self._ops:  # (else cancelled meanwhile, by on_headers' commit say: it ended then)
                 if self._end_waits is not None:  # a response stream's end came first, and waited for the headers
                     self._end(self._end_waits)
                 elif self._ops[1] is not None:  # a unary response: its end is watched from now on
-                    if end.done():
-                        self._end_done(end)
+                    if end.completed():
+                        self._end_done()
                     else:
-                        end.add_done_callback(self._end_done)
+                        end.done = self._end_done
 
-    def _end_done(self, _: Any) -> None:
+    def _end_done(self) -> None:
         if not self._ops:
             return  # cancelled meanwhile: it ended then
-        finished = _finish_batch(self._last[0])
+        finished = self._last.finish()
         if self._first is not None:  # a response stream's headers' batch is done too, but not yet read
             self._end_waits = finished
         else:
@@ -327,20 +410,10 @@ class AioAttempt:
                 callback(self)
 
     def _abandon(self) -> None:
-        """Stop waiting for the batches of a cancelled call: C-core completes them later, maybe once the loop is
-        closed, and a batch whose future is cancelled completes into nothing (as grpc.aio's, once its task is
-        cancelled)."""
-        for batch, done in ((self._first, self._headers_done), (self._last, self._end_done),
-                            (self._sending, self._sent_done), (self._writing, self._written),
-                            (self._closing, self._closed)):
+        """Stop waiting for the batches of a cancelled call."""
+        for batch in (self._first, self._last, self._sending, self._writing, self._closing):
             if batch is not None:
-                future = batch[1]
-                if not future.done():
-                    future.remove_done_callback(done)
-                    future.cancel()
-                elif not future.cancelled():
-                    future.exception()  # failed as the call was cancelled, its callback not yet run: nothing to tell
-                batch[0].close()
+                batch.abandon()
         self._first = self._sending = self._writing = self._closing = None
 
     def _wake(self) -> None:
