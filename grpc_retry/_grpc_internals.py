@@ -66,9 +66,9 @@ def aio_locally_cancelled(attempt: Any) -> bool:
     return cancelled
 
 
-# Every asyncio attempt is made on grpc.aio's Cython call directly: no grpc.aio call object and no task, only the
-# batches and a done callback on each (grpc.aio's own calls add a Python call object, tasks that run their batches
-# one after another, and a loop turn before the first starts).
+# Every asyncio attempt is made on grpc.aio's Cython call directly: no grpc.aio call object, no task and no future,
+# only the batches, each told its completion by grpcio's completion queue (`_Batch`). grpc.aio's own calls add a
+# Python call object, tasks that run their batches one after another, and a loop turn before the first starts.
 # - A unary-unary attempt, unhedged, is one batch, as grpc.aio's.
 # - Hedged, it must show its response headers before its response (they commit the call), where grpc.aio's unary
 #   call gets both at once and its unary-stream call costs ~1.6x the CPU (four batches, and tasks to drive them):
