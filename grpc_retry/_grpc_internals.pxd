@@ -10,7 +10,8 @@ cdef int _PENDING, _COMPLETED, _FINISHED, _ABANDONED
 
 
 cdef class _Batch:
-    cdef object _coroutine, _loop, _error, done
+    cdef object _coroutine, _loop, _error
+    cdef public object done
     cdef bint _direct
     cdef int _state
     cdef bint completed(self)
