@@ -166,6 +166,13 @@ class _Batch:
     def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any) -> None:
         if _get_running_loop() is self._loop:
             callback(*args)
+        elif self._loop.is_closed():
+            # Its loop closed before C-core completed it (a call cancelled as its channel closed, say): no one waits
+            # for it, and grpcio then reads completions under another loop, which must not see the closed one's
+            # error. Run as abandoned, the callback only releases what grpcio holds for the batch.
+            self.done = None
+            self._state = _ABANDONED
+            callback(*args)
         else:
             self._loop.call_soon_threadsafe(callback, *args)
 

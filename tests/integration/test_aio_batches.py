@@ -93,3 +93,39 @@ async def test_a_cancelled_attempt_ends_once_and_its_batch_is_never_told(backend
         assert ends == [internals.EOF]
         assert not attempt.cancel()
     assert loop.is_running()
+
+
+def test_a_batch_whose_loop_closed_completes_into_nothing(backends):
+    """A batch left in flight when its loop closed completes later, read under another loop: it tells nothing, and
+    that loop sees no error of the closed one's."""
+    backend = backends[0]
+    backend.script(UNARY, Step(wait=30))
+    first = asyncio.new_event_loop()
+
+    async def start():
+        channel = grpc.aio.insecure_channel(backend.target)
+        method = _method(channel)
+        call = method._channel.call(method._method, None, None, None, *method._handle)
+        sending, receiving = internals._unary_ops(b"x", (), 0)
+        batch = internals._Batch(call, sending + receiving, asyncio.get_running_loop(), True)
+        told = []
+        batch.done = lambda: told.append(1)
+        await asyncio.to_thread(backend.wait_for, lambda: len(backend.attempts_of(UNARY)) == 1)
+        return channel, call, told
+
+    channel, call, told = first.run_until_complete(start())
+    first.close()
+
+    async def then():
+        reported = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
+        async with grpc.aio.insecure_channel(backend.target) as other:
+            call.cancel("its loop closed")
+            await asyncio.to_thread(backend.wait_for, lambda: backend.attempts_of(UNARY)[0].ended is not None)
+            for _ in range(3):  # calls whose completions the same queue reads
+                assert await other.unary_unary(UNARY)(b"y") == b"y"
+        return reported
+
+    assert asyncio.run(then()) == []
+    assert told == []
+    del channel
