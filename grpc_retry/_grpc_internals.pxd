@@ -27,7 +27,8 @@ cdef class AioAttempt:
     cdef object __weakref__  # grpc.aio's channel tracks its calls in a WeakSet
     cdef public object _call, _loop, _status, _initial_metadata, _locally_cancelled, _waiters, _callbacks, _ops
     cdef _Batch _first, _last, _sending, _writing, _closing
-    cdef public object _end_waits, _request_stream, _direct, sent
+    cdef public object _end_waits, _request_stream, sent
+    cdef bint _direct
     cdef public object on_headers, on_end, on_sent, on_written
     cdef _end(self, finished)
     cdef _abandon(self)
