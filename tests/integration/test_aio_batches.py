@@ -1,6 +1,7 @@
 """grpc_retry's asyncio attempts run grpcio's batches on grpc.aio's Cython calls with no asyncio future: each batch
 stands in for the loop grpcio's completion queue hands its completion to (`_grpc_internals._Batch`). These check
-what that hand-over must keep: the thread callbacks run on, and what a callback that fails does to the loop."""
+what that hand-over must keep: the thread callbacks run on, what a callback that fails does to the loop, and that a
+batch no one waits for any more (its attempt cancelled, its loop closed) tells nothing."""
 
 import asyncio
 import threading
