@@ -3,6 +3,7 @@
 # overrides it there (Cython makes it cpdef), and a Python class's override still runs.
 
 from grpc_retry._method cimport Method
+from grpc_retry._telemetry cimport CallTelemetry
 
 # The helpers a call's path uses: C calls from the drivers (cimported), Python functions for the rest.
 cpdef attempt_metadata(metadata, previous)
@@ -12,7 +13,8 @@ cpdef grpc_details(details, answered)
 
 cdef class CallDriver:
     cdef public Method _method
-    cdef public object _machine, _request, _metadata, _credentials, _compression, _grpc_wfr, _obs
+    cdef public object _machine, _request, _metadata, _credentials, _compression, _grpc_wfr
+    cdef public CallTelemetry _obs
     cpdef _attempt_metadata(self, n, previous)
     cpdef _act(self, actions)
     cpdef _perform(self, action)

@@ -1,13 +1,38 @@
-# Compiled as extension types (the .py stays their source): see _grpc_internals.pxd.
+# Compiled as extension types (the .py stays their source): see _grpc_internals.pxd. What a call's path calls is
+# cpdef or cdef (C calls, from the drivers too: they cimport CallTelemetry), not looked up by name; `api`, the
+# channel's Telemetry, is typed where a method reads it.
 
+cimport cython
+
+cdef dict _LOG_CACHE  # (its get() then a C call)
 cpdef _debug_logged()
 
 cdef class Telemetry:
     cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
-    cdef public object _context_api, _client, _textmap, _span_context, _methods
+    cdef public object _context_api, _client, _textmap, _span_context, _span_key, _no_state
+    cdef public dict _methods, _ends
+    cpdef with_span(self, span, context)
+    cdef bint _w3c_only(self) except -1
+    cpdef tuple method(self, method)
     cpdef observe(self, method, machine, addresses)
 
 
 cdef class CallTelemetry:
-    cdef public object _channel, _method, _machine, _addresses, _tracing, _id, _started, _span, _context, _parent
-    cdef public object _baggage, _attempt_spans, _where, _codes, _ended
+    cdef public Telemetry _channel
+    cdef public object _method, _labels, _machine, _addresses, _tracing, _id, _started, _span, _context
+    cdef public object _parent, _baggage, _ended
+    cdef public dict _attempt_spans, _where, _codes
+    @cython.locals(api=Telemetry)
+    cdef _start_call(self)
+    @cython.locals(api=Telemetry)
+    cpdef tuple wire_context(self, n)
+    cpdef flush(self)
+    @cython.locals(api=Telemetry)
+    cdef _start(self, note, tracing)
+    cdef _status(self, note, decision, tracing)
+    cdef _decision(self, note, tracing)
+    cdef _commit(self, note, tracing)
+    @cython.locals(ends=dict)
+    cdef _end(self, note, tracing)
+    cdef _end_attempt_span(self, n, name, code)
+    cdef _event(self, name, attributes)

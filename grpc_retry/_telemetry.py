@@ -73,6 +73,7 @@ LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0
 COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
 _HEX_BYTES = tuple(f"{i:02x}" for i in range(256))  # trace flags as traceparent writes them
+_ATTEMPT_NAMES = tuple(f"attempt {n}" for n in range(1, 9))  # attempt spans' names
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
 # A method's span name, span attributes, metric labels, and its duration's labels per status code
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
@@ -222,7 +223,8 @@ class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
-                 "_baggage", "_context_api", "_client", "_textmap", "_span_context", "_methods")
+                 "_baggage", "_context_api", "_client", "_textmap", "_span_context", "_span_key", "_no_state",
+                 "_methods", "_ends")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -238,9 +240,13 @@ class Telemetry:
         self._client: Any = None  # SpanKind.CLIENT (an enum member: read once)
         self._textmap: Tuple[Any, bool] = (None, False)  # the propagator last seen, and whether it is the default
         self._span_context: Any = None  # OpenTelemetry's SpanContext, when its fields are a tuple's, in order
+        self._span_key: Any = None  # (Context's class, the key of its span) when a span is set in it as a dict item
+        self._no_state: Any = None  # the empty TraceState a span's context has unless it was given one
         # method -> its span name, span attributes, metric labels and (per status code, filled as they come) the
         # duration's labels, made once (each call would make them anew)
         self._methods: Dict[str, _MethodLabels] = {}
+        # (attempts, retries, hedges, transparent retries, reason, code) -> a call span's attributes at its end
+        self._ends: Dict[Tuple[int, ...], Dict[str, Any]] = {}
         try:
             import opentelemetry.metrics as metrics
             import opentelemetry.trace as trace
@@ -261,6 +267,18 @@ class Telemetry:
             self._trace_api, self._propagate, self._baggage, self._context_api = trace, propagate, baggage, context
             self._client = trace.SpanKind.CLIENT
             self._span_context = _tuple_span_context(trace)
+            self._span_key = _span_key(trace, context)
+            self._no_state = getattr(trace, "DEFAULT_TRACE_STATE", None)
+
+    def with_span(self, span: Any, context: Any) -> Any:
+        """trace.set_span_in_context(span, context), without its two Python calls where its Context is known."""
+        known = self._span_key
+        if known is None:
+            return self._trace_api.set_span_in_context(span, context)
+        cls, key = known
+        values = dict(context)
+        values[key] = span
+        return cls(values)
 
     def _w3c_only(self) -> bool:
         """Whether the process's propagator is OpenTelemetry's default (W3C trace context, then W3C baggage): with
@@ -301,6 +319,26 @@ class Telemetry:
         return CallTelemetry(self, method, machine, addresses, tracing)
 
 
+def _span_key(trace: Any, context: Any) -> Any:
+    """(Context's class, the key a span is set under) when OpenTelemetry's set_span_in_context makes a Context
+    that holds the span as its one new item, as it has always done, and get_current_span reads it back from one
+    made that way; None otherwise (set_span_in_context is called)."""
+    try:
+        span = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+        empty = context.Context()
+        made = trace.set_span_in_context(span, empty)
+        cls = type(made)
+        if not isinstance(made, dict) or len(made) != 1 or cls is not type(empty):
+            return None
+        ((key, value),) = made.items()
+        again = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+        if value is not span or trace.get_current_span(cls({key: again})) is not again:
+            return None
+    except Exception:  # (a Context of its own making: set_span_in_context is called)
+        return None
+    return cls, key
+
+
 def _tuple_span_context(trace: Any) -> Any:
     """OpenTelemetry's SpanContext class when it is a tuple of (trace_id, span_id, is_remote, trace_flags,
     trace_state, is_valid), as it has always been: a span's context is then read by unpacking it, not through six
@@ -321,13 +359,14 @@ def _tuple_span_context(trace: Any) -> Any:
 class CallTelemetry:
     """One logical call's trace lines, span and metrics, from its machine's notes."""
 
-    __slots__ = ("_channel", "_method", "_machine", "_addresses", "_tracing", "_id", "_started", "_span",
+    __slots__ = ("_channel", "_method", "_labels", "_machine", "_addresses", "_tracing", "_id", "_started", "_span",
                  "_context", "_parent", "_baggage", "_attempt_spans", "_where", "_codes", "_ended")
 
     def __init__(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str],
                  tracing: bool) -> None:
         self._channel = channel
         self._method = method
+        self._labels = self._channel.method(method)  # (self._channel: a C call when compiled, channel a lookup)
         self._machine = machine
         self._addresses = addresses   # the subchannels' list: index -> "host:port", grows, never reorders
         self._tracing = tracing
@@ -342,13 +381,16 @@ class CallTelemetry:
         self._baggage = False      # whether the caller's context has baggage
         self._attempt_spans: Dict[int, Any] = {}
         if channel.tracer is not None:
-            name, attributes, _, _ = channel.method(method)
-            trace = channel._trace_api
-            self._context = caller = channel._context_api.get_current()
-            self._span = span = channel.tracer.start_span(name, context=caller, kind=channel._client,
-                                                          attributes=attributes)
-            self._parent = trace.set_span_in_context(span, caller)
-            self._baggage = bool(caller) and bool(channel._baggage.get_all(caller))  # (an empty context has none)
+            self._start_call()
+
+    def _start_call(self) -> None:
+        """The call's span, a child of the caller's context."""
+        api = self._channel
+        name, attributes, _, _ = self._labels
+        self._context = caller = api._context_api.get_current()
+        self._span = span = api.tracer.start_span(name, context=caller, kind=api._client, attributes=attributes)
+        self._parent = api.with_span(span, caller)
+        self._baggage = bool(caller) and bool(api._baggage.get_all(caller))  # (an empty context has none)
 
     def wire_context(self, n: int) -> Tuple[Tuple[str, str], ...]:
         """Attempt n's span as the trace context that goes on the wire (traceparent, tracestate), or ()."""
@@ -356,7 +398,7 @@ class CallTelemetry:
         if span is None:
             return ()
         api = self._channel
-        if not self._baggage and api._w3c_only():  # what the default propagator writes, without its contexts
+        if not self._baggage and self._channel._w3c_only():  # what the default propagator writes, without its contexts
             context = span.get_span_context()
             if type(context) is api._span_context:
                 trace_id, span_id, _, flags, state, valid = context
@@ -369,11 +411,11 @@ class CallTelemetry:
             ids = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
             hex_flags = _HEX_BYTES[flags] if 0 <= flags < 256 else f"{flags:02x}"
             wire: Tuple[Tuple[str, str], ...] = (("traceparent", f"00-{ids}-{hex_flags}"),)
-            if state:
+            if state is not api._no_state and state:  # (an empty TraceState's truth is a Python call)
                 wire += (("tracestate", state.to_header()),)
             return wire
         carrier: Dict[str, str] = {}
-        api._propagate.inject(carrier, context=api._trace_api.set_span_in_context(span, self._context))
+        api._propagate.inject(carrier, context=api.with_span(span, self._context))
         return tuple(carrier.items())
 
     # -- notes ---------------------------------------------------------------------------------------------
@@ -416,7 +458,7 @@ class CallTelemetry:
         if self._span is not None:  # each attempt's span, a child of the call's
             api = self._channel
             self._attempt_spans[n] = api.tracer.start_span(
-                f"attempt {n + 1}", context=self._parent,
+                _ATTEMPT_NAMES[n] if n < len(_ATTEMPT_NAMES) else f"attempt {n + 1}", context=self._parent,
                 kind=api._client,
                 attributes={"grpc_retry.attempt": n + 1, "grpc_retry.attempt_type": _TYPES[why],
                             "grpc_retry.previous_attempts": previous, "server.address": where})
@@ -492,7 +534,7 @@ class CallTelemetry:
                       machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
         metrics = self._channel.metrics
         if metrics is not None:
-            _, _, labels, by_code = self._channel.method(self._method)
+            _, _, labels, by_code = self._labels
             if retries:
                 metrics.retries.record(retries, labels)
             if hedges:
@@ -508,9 +550,17 @@ class CallTelemetry:
             metrics.duration.record(duration, with_status)
         span = self._span
         if span is not None:
-            span.set_attributes({"grpc_retry.attempts": machine.attempts, "grpc_retry.retries": retries,
-                                 "grpc_retry.hedges": hedges, "grpc_retry.transparent_retries": transparent,
-                                 "grpc_retry.reason": why, "rpc.grpc.status_code": code})
+            # Most calls end alike (one attempt, OK): their attributes are made once and shared (never changed)
+            counts = (machine.attempts, retries, hedges, transparent, reason, code)
+            ends = self._channel._ends
+            attributes = ends.get(counts)
+            if attributes is None:
+                attributes = {"grpc_retry.attempts": counts[0], "grpc_retry.retries": retries,
+                              "grpc_retry.hedges": hedges, "grpc_retry.transparent_retries": transparent,
+                              "grpc_retry.reason": why, "rpc.grpc.status_code": code}
+                if len(ends) < 64:
+                    ends[counts] = attributes
+            span.set_attributes(attributes)
             if self._attempt_spans:  # attempts the call cancelled (losing hedges, at its end)
                 for n in list(self._attempt_spans):
                     self._end_attempt_span(n, "CANCELLED", 1)

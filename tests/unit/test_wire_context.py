@@ -149,3 +149,20 @@ def test_an_application_s_propagator_is_the_one_used(global_textmap: None) -> No
     propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()]))
     call = started_call(TracerProvider())
     assert dict(call.wire_context(0)) == propagated(call)  # not the default's order: the propagator's own
+
+
+def test_the_attempts_parent_is_what_set_span_in_context_makes() -> None:
+    """grpc_retry sets the call's span in the caller's context itself (a dict item, as OpenTelemetry does), or
+    through set_span_in_context when it cannot tell how OpenTelemetry does it: the same context either way."""
+    token = context.attach(baggage.set_baggage("tenant", "a"))
+    try:
+        call = started_call(TracerProvider())
+    finally:
+        context.detach(token)
+    assert call._channel._span_key is not None  # (the API installed here: its Context is known)
+    expected = trace.set_span_in_context(call._span, call._context)
+    assert call._parent == expected and type(call._parent) is type(expected)
+    assert trace.get_current_span(call._parent) is call._span and baggage.get_all(call._parent) == {"tenant": "a"}
+    call._channel._span_key = None
+    made = call._channel.with_span(call._span, call._context)
+    assert made == expected and type(made) is type(expected)
