@@ -2,8 +2,9 @@
 
 Most hedged calls never hedge: their first attempt answers before the hedging delay. Such a call needs no
 queue of actions, no thread hand-offs and no grpc.Future around it: the caller starts the attempt, polls it (or,
-when grpcio's spin thread reports it, waits for it) and ends the call, as a blocking call does; the hedging timer
-is the one other thread that may act meanwhile, so one lock, taken once per event, is all it shares. The moment
+when grpcio's spin thread reports it, waits for it) and ends the call, as a blocking call does. The machine's timer
+(the hedging delay) is the caller's own wait running out when it waits; while it polls, the process's timer
+thread keeps it. One lock, taken once per event, is all the call shares. The moment
 the call needs more — the timer fires with the attempt out (a hedge), the attempt ends and another must follow,
 no subchannel can take it — the call is handed to a non-blocking Call (sync/_call.py), with the machine, the
 attempt out and what the machine has just decided; the caller then waits on that Call, as a blocking call on it
@@ -38,8 +39,8 @@ class HedgedBlockingCall(_Attempts):
     """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
     the whole call handed to a Call."""
 
-    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended",
-                 "_changed", "_local_details")
+    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_timed_here", "_silent", "_handed",
+                 "_ending", "_ended", "_changed", "_local_details")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> None:
@@ -49,6 +50,7 @@ class HedgedBlockingCall(_Attempts):
         self._out = False                   # ... and not yet ended
         self._timer: Any = None             # the TIMERS handle of the machine's timer
         self._timer_at = INF                # when the machine's timer is due, as last decided
+        self._timed_here = True             # the caller waits (does not poll): its wait keeps the machine's timer
         self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not, or it ended)
         self._handed: Optional[Call] = None  # the Call that drives it now
         self._ending = False                # the machine has decided the end
@@ -93,21 +95,40 @@ class HedgedBlockingCall(_Attempts):
             if not self._first(start[1], start[2], start[3]):
                 return None
             actions = actions[1:]
-        self._apply(actions, None)
         attempt = self._attempt
-        if attempt is not None and attempt.polled:
+        polled = attempt is not None and attempt.polled
+        if polled:  # (before the timer is armed; no other thread hears of a polled attempt)
+            self._timed_here = False
+        self._apply(actions, None)
+        if polled:
             try:
                 attempt.poll()
             finally:
                 handed = self._handed
                 if handed is not None:
                     handed._poll_done()
-        with self._lock:  # the end (or the hand-off) may be another thread's, and under way
-            while not self._ended and self._handed is None:
-                if self._changed is None:
-                    self._changed = Waiters(self._lock)
+        while True:
+            with self._lock:  # the end (or the hand-off) may be another thread's, and under way
+                due = self._wait()
+            if not due:
+                return self._handed
+            self._due()
+
+    def _wait(self) -> bool:
+        """(Under the lock.) Wait for the end or the hand-off (False), or, this thread keeping the machine's
+        timer, until it is due (True)."""
+        while not self._ended and self._handed is None:
+            if self._changed is None:
+                self._changed = Waiters(self._lock)
+            at = self._timer_at if self._timed_here and not self._ending else INF  # (ending: the end is near)
+            if at == INF:
                 self._changed.wait()
-        return self._handed
+                continue
+            left = at - monotonic()
+            if left <= 0:
+                return True
+            self._changed.wait(left)
+        return False
 
     def _handed_over(self) -> Call:
         """(The thread that handed the call over, outside the lock.) The Call performs what the machine decided."""
@@ -166,12 +187,16 @@ class HedgedBlockingCall(_Attempts):
                 self._done()
 
     def _arm(self, at: float) -> None:
+        """The machine's timer, due `at`: the caller's wait's, or the timer thread's while the caller polls."""
         with self._lock:  # (under it: see Call._arm)
             timer, self._timer = self._timer, None
             if timer is not None:
                 timer.cancel()
             if at != INF and at == self._timer_at and not self._ending and self._handed is None:
-                self._timer = TIMERS.schedule(at - monotonic(), self._due)
+                if not self._timed_here:
+                    self._timer = TIMERS.schedule(at - monotonic(), self._due)
+                elif self._changed is not None:  # the caller waits: it waits until `at` now
+                    self._changed.notify_all()
 
     def _done(self) -> None:
         with self._lock:

@@ -410,3 +410,27 @@ def test_an_interrupted_blocking_hedged_call_leaves_nothing_behind(backends, mon
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_waiting_caller_keeps_its_own_hedging_delay(backends):
+    # Overlapping blocking hedged calls: at most one polls its first attempt (the timer thread keeps that one's
+    # hedging delay); the others wait for theirs, reported on grpcio's spin thread, and that wait itself runs out
+    # when the hedge is due: no timer of the timer thread's per call. Each hedges on time, to another backend.
+    with grpc_retry.insecure_channel(target(backends), options=hedging_options(delay="0.5s")) as ch:
+        unary = ch.unary_unary(UNARY)
+        assert unary(b"warm", timeout=10) == b"warm"
+        before = len(backends[0].attempts_of(UNARY))
+        backends[0].script(UNARY, *[Step(wait=10)] * 4)  # the first attempts hold: the hedges win
+        results = {}
+        threads = [threading.Thread(target=lambda i=i: results.update({i: unary(b"%d" % i, timeout=10)}))
+                   for i in range(4)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        backends[0].wait_attempts(UNARY, before + 4)
+        assert TIMERS.pending() <= 1
+        for thread in threads:
+            thread.join(10)
+        assert results == {i: b"%d" % i for i in range(4)}
+        assert time.monotonic() - started >= 0.5
+    assert all(attempt.cancelled for attempt in backends[0].wait_ended(UNARY, before + 4)[before:])
