@@ -109,12 +109,12 @@ class HedgedBlockingCall(_Attempts):
                     handed._poll_done()
         while True:
             with self._lock:  # the end (or the hand-off) may be another thread's, and under way
-                due = self._wait()
+                due = self._wait_for_end()
             if not due:
                 return self._handed
             self._due()
 
-    def _wait(self) -> bool:
+    def _wait_for_end(self) -> bool:
         """(Under the lock.) Wait for the end or the hand-off (False), or, this thread keeping the machine's
         timer, until it is due (True)."""
         while not self._ended and self._handed is None:
