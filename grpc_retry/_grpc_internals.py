@@ -106,8 +106,8 @@ class _Batch:
     queue hands a batch's completion to any loop but its own through `call_soon_threadsafe`, which this runs at once
     on the loop's thread. `direct`: it then tells `done` at once, where a future would have the loop run its done
     callbacks a turn later (a future, a handle and a loop turn per batch). Else it tells it a turn later, as a
-    future: after the completions C-core gave with it (the response's, that make the response headers need no
-    telling; a response stream's reads, grpc.aio's own, which must come before its end). Once told, `finish()` runs
+    future: after the completions C-core gave with it (a response stream's reads, grpc.aio's own, which must come
+    before its end). Once told, `finish()` runs
     the rest of the coroutine, which reads what the batch received into its operations."""
 
     __slots__ = ("_coroutine", "_loop", "_direct", "_state", "_error", "done")
@@ -300,12 +300,12 @@ class AioAttempt:
         # The batch that ends with the status, and (headers first) the one before it
         self._first: Optional[_Batch] = None
         if headers_first:
-            # The response's batch now: started only once the headers came, it would end a loop turn later. The
-            # headers' batch is told a turn after it completed: a unary response most often comes with the headers,
-            # and then tells all (on_headers would commit a call whose end is already here).
+            # The response's batch now: started only once the headers came, it would end a loop turn later. Both
+            # are told as they complete, the headers first (a unary response most often comes with them: the end
+            # then follows at once; empty headers are judged by the driver only if silence follows them).
             self._last = _Batch(call, response, loop, direct)
             try:
-                self._first = _Batch(call, sending + (headers,), loop, False)
+                self._first = _Batch(call, sending + (headers,), loop, direct)
             except BaseException:
                 self._abandon()
                 raise

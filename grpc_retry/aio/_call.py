@@ -68,7 +68,8 @@ class _Call(CallDriver):
         "_channel", "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
         "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_peek", "_reads", "_delivered", "_style", "__weakref__",
+        "_callbacks", "_watchers", "_silent_n", "_silent", "_peek", "_reads", "_delivered", "_style",
+        "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
@@ -104,6 +105,10 @@ class _Call(CallDriver):
         self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self._watchers: Optional[Dict[int, Any]] = None  # hedges: each one's watcher task, or grace timer
+        # A hedged unary attempt out alone whose headers came empty, and when: its silence since is judged when
+        # the next hedge is due or it ends (a grace timer for each call would cost more than most calls' rest)
+        self._silent_n = -1
+        self._silent = 0.0
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
@@ -127,6 +132,8 @@ class _Call(CallDriver):
             self._refused(error)
             return
         self._attempts[n] = attempt
+        if self._silent_n >= 0:  # no longer out alone: its silence is timed from now on, as any attempt's
+            self._time_silence()
         if method.direct:  # a unary response
             if self._hedged:
                 if self._watchers is None:
@@ -181,7 +188,13 @@ class _Call(CallDriver):
     def _on_timer(self) -> None:
         self._timer = None
         if not self._done:
-            self._decide(self._machine.timer, monotonic())
+            now = monotonic()
+            n = self._silent_n
+            if n >= 0 and now - self._silent >= HEADERS_GRACE and n in self._attempts and self._winner != n:
+                self._silent_n = -1  # its silence lasted: it won before the hedge was due
+                self._decide(self._machine.headers, n, now)
+            else:
+                self._decide(self._machine.timer, now)
 
     def _wait(self, generation: int) -> None:
         loop = self._loop
@@ -317,8 +330,19 @@ class _Call(CallDriver):
             return
         if aio_initial_metadata(attempt):
             self._decide(self._machine.headers, n, monotonic())
+        elif len(self._attempts) == 1:  # out alone: its silence is judged later (see _silent)
+            self._silent_n = n
+            self._silent = monotonic()
         elif self._watchers is not None:  # (always, hedged)
             self._watchers[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+
+    def _time_silence(self) -> None:
+        """Another attempt goes out: the silence of the one that was out alone commits when it has lasted."""
+        n, self._silent_n = self._silent_n, -1
+        attempt = self._attempts.get(n)
+        if attempt is not None and self._winner != n and self._watchers is not None:
+            left = HEADERS_GRACE - (monotonic() - self._silent)
+            self._watchers[n] = self._loop.call_later(max(left, 0.0), self._silence, n, attempt)
 
     def _headers_first_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
         """A hedged unary attempt ended, with its response or EOF: its status goes to the machine, and a response
@@ -328,6 +352,11 @@ class _Call(CallDriver):
             grace.cancel()
         if self._attempts.get(n) is not attempt:
             return
+        if self._silent_n == n:
+            self._silent_n = -1
+            now = monotonic()
+            if response is _EOF and now - self._silent >= HEADERS_GRACE and self._winner != n:
+                self._decide(self._machine.headers, n, now)  # its silence lasted: it won before it ended
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, response is not _EOF)
