@@ -398,7 +398,7 @@ class CallTelemetry:
         if span is None:
             return ()
         api = self._channel
-        if not self._baggage and self._channel._w3c_only():  # what the default propagator writes, without its contexts
+        if not self._baggage and api._w3c_only():  # what the default propagator writes, without its contexts
             context = span.get_span_context()
             if type(context) is api._span_context:
                 trace_id, span_id, _, flags, state, valid = context
