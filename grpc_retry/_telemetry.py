@@ -42,6 +42,7 @@ from grpc_retry._core import (
     TRANSPARENT,
     CallMachine,
     RetryThrottle,
+    traceparent,
 )
 from grpc_retry._version import __version__
 
@@ -72,7 +73,6 @@ LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0
                    0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100)
 COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
-_HEX_BYTES = tuple(f"{i:02x}" for i in range(256))  # trace flags as traceparent writes them
 _ATTEMPT_NAMES = tuple(f"attempt {n}" for n in range(1, 9))  # attempt spans' names
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
 # A method's span name, span attributes, metric labels, and its duration's labels per status code
@@ -407,10 +407,7 @@ class CallTelemetry:
                                                           context.trace_state, context.is_valid)
             if not valid:
                 return ()
-            # (valid: the ids fit their 16 and 8 bytes; to_bytes().hex() costs a third of format())
-            ids = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
-            hex_flags = _HEX_BYTES[flags] if 0 <= flags < 256 else f"{flags:02x}"
-            wire: Tuple[Tuple[str, str], ...] = (("traceparent", f"00-{ids}-{hex_flags}"),)
+            wire: Tuple[Tuple[str, str], ...] = (("traceparent", traceparent(trace_id, span_id, flags)),)
             if state is not api._no_state and state:  # (an empty TraceState's truth is a Python call)
                 wire += (("tracestate", state.to_header()),)
             return wire

@@ -7,6 +7,8 @@ import threading
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
@@ -16,6 +18,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.trace.span import TraceState
 from test_machine import machine
 
+from grpc_retry._core import traceparent
 from grpc_retry._telemetry import CallTelemetry, Telemetry
 
 
@@ -85,6 +88,20 @@ def test_the_default_propagator_s_headers_for_each_attempt() -> None:
     span_context = call._attempt_spans[0].get_span_context()
     assert wire[0][1] == f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
     assert call.wire_context(1) == ()  # no such attempt
+
+
+@given(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1), st.integers(0, 511))
+def test_the_traceparent_is_the_propagator_s_for_any_ids_and_flags(trace_id: int, span_id: int, flags: int) -> None:
+    span = trace.NonRecordingSpan(trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(flags)))
+    carrier: Dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    assert traceparent(trace_id, span_id, trace.TraceFlags(flags)) == carrier["traceparent"]
+
+
+@pytest.mark.parametrize("ids", [(2**128, 1), (1, 2**64), (-1, 1), (1, -1)])
+def test_ids_beyond_their_bytes_are_refused(ids: tuple[int, int]) -> None:
+    with pytest.raises(OverflowError):
+        traceparent(*ids, 1)
 
 
 def test_a_tracestate_goes_with_it() -> None:
