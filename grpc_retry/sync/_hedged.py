@@ -254,8 +254,8 @@ class HedgedBlockingCall(_Attempts):
             self._after(decided, attempt)
 
     def _due(self) -> None:
-        """The machine's timer (TIMERS' thread): a silence that lasted commits; else the next hedge is due (or the
-        deadline), which hands the call over."""
+        """The machine's timer (the waiting caller's, or TIMERS' thread while it polls): a silence that lasted
+        commits; else the next hedge is due (or the deadline), which hands the call over."""
         with self._lock:
             now = monotonic()
             if self._ending or self._handed is not None or self._timer_at == INF or now < self._timer_at:
