@@ -2,6 +2,8 @@
 # fields, not looked up by name (an asyncio unary call made ~240 such lookups, ~44k instructions: callgrind). Their
 # own helpers, and the batch helpers, are C functions: called by name, each cost a method lookup and argument parsing.
 
+cimport cython
+
 cpdef aio_status(attempt)
 cpdef aio_initial_metadata(attempt)
 cpdef aio_locally_cancelled(attempt)
@@ -35,3 +37,40 @@ cdef class AioAttempt:
     cdef _wake(self)
     cdef _set_headers(self, metadata)
     cdef _set_status(self, status)
+
+
+# A hedged sync unary attempt's path (and the future's): its state read and set as struct fields, its helpers C
+# calls (a blocking hedged call made ~20 Python-level calls among them: callgrind).
+cdef _tell(callback, attempt)
+
+
+cdef class _AttemptState:
+    cdef public object code, details, initial_metadata, trailing_metadata, debug_error_string, response
+
+
+cdef class _SyncAttempt:
+    cdef public _AttemptState _state
+
+
+cdef class _UnaryAttempt(_SyncAttempt):
+    cdef public object _call, _ops, _lock, on_headers, on_end
+    @cython.locals(state=_AttemptState)
+    cpdef _end(self, success)
+    @cython.locals(state=_AttemptState)
+    cpdef cancel(self)
+
+
+cdef class SyncUnaryAttempt(_UnaryAttempt):
+    cpdef _on_event(self, event)
+
+
+cdef class SyncHeadersFirst:
+    cdef public object _multicallable, _calls, _lock, _polling
+    cpdef polled_ended(self)
+
+
+cdef class SyncHeadersFirstAttempt(_UnaryAttempt):
+    cdef public object _end_waits
+    cdef public SyncHeadersFirst _method
+    @cython.locals(state=_AttemptState)
+    cpdef _on_event(self, event)

@@ -955,7 +955,9 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
             self._end(False)
             raise
         finally:
-            cast(SyncHeadersFirst, self._method).polled_ended()
+            method = self._method
+            if method is not None:
+                method.polled_ended()
 
     @property
     def polled(self) -> bool:

@@ -1,4 +1,5 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd.
+# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its own steps are C calls
+# (cdef), and the callbacks it hands out (an attempt's events, the timer) cpdef.
 
 from grpc_retry.sync._call cimport _Attempts
 
@@ -6,3 +7,21 @@ from grpc_retry.sync._call cimport _Attempts
 cdef class HedgedBlockingCall(_Attempts):
     cdef public object _lock, _attempt, _out, _timer, _timer_at, _timed_here, _silent, _handed, _ending, _ended, _changed
     cdef public object _local_details
+    cdef _run(self)
+    cdef bint _wait_for_end(self) except -1
+    cdef _handed_over(self)
+    cdef bint _first(self, n, address, previous) except -1
+    cdef _refused(self, error)
+    cdef _apply(self, actions, attempt)
+    cdef _done(self)
+    cpdef _on_headers(self, attempt)
+    cpdef _on_end(self, attempt)
+    cpdef _due(self)
+    cdef _after(self, decided, attempt)
+    cdef _decided(self, actions, live)
+    cdef _hand_over(self, actions, live)
+    cdef _interrupted(self)
+
+
+cdef bint _inline(actions, bint starting) except -1
+cdef _timer_at(actions, at)
