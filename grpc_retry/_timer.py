@@ -1,20 +1,28 @@
 """One timer thread per process for the sync API's delays (backoff, hedging, grace): a heap and a condition,
 so that 1,000 calls in backoff cost one thread, not 1,000. The thread runs only while timers are pending (and
-a moment after, for the next): a process whose channels are closed holds none."""
+a moment after, for the next): a process whose channels are closed holds none.
+
+Timers of one lane (a blocking hedged call's hedging delay, per method) are most often due in the order they were
+set, and most often cancelled: a lane is a FIFO (set and dropped at O(1), no heap). A timer due before the last ones
+set in its lane (calls on other threads setting theirs at once) takes its place among them, and one due before
+more than LANE_REACH of them goes to the heap instead."""
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
 import os
 import threading
 from time import monotonic
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 log = logging.getLogger("grpc_retry")
 
 
+# How far from its back a lane's timer is put in its place (further: to the heap).
+LANE_REACH = 16
 # How long the thread waits for a new timer once none is pending, before it ends.
 LINGER = 0.05
 # The longest it sleeps at once: a cancelled timer does not wake it (a hedging delay or a backoff is cancelled on
@@ -39,17 +47,33 @@ class TimerHandle:
 class Timers:
     def __init__(self) -> None:
         self._heap: List[Tuple[float, int, TimerHandle]] = []
+        self._lanes: Dict[Any, Deque[Tuple[float, TimerHandle]]] = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
         self._wakes_at = 0.0  # when the sleeping thread wakes by itself (0: it is awake, and looks before sleeping)
 
-    def schedule(self, delay: float, callback: Callable[[], None], shared: bool = False) -> TimerHandle:
+    def schedule(self, delay: float, callback: Callable[[], None], shared: bool = False,
+                 lane: Any = None) -> TimerHandle:
+        """`callback` run on the timer thread after `delay` s unless cancelled; `lane`: see the module's text."""
         handle = TimerHandle(callback, shared)
         when = monotonic() + max(delay, 0.0)
         with self._lock:  # the condition's lock: its own `with` is Python code, run per call
-            heapq.heappush(self._heap, (when, next(self._seq), handle))
+            queue = None if lane is None else self._lanes.get(lane)
+            if queue is not None:
+                # Its place, looked for from the back: calls on other threads may have set theirs a moment later
+                i = len(queue)
+                while i and queue[i - 1][0] > when and len(queue) - i < LANE_REACH:
+                    i -= 1
+                if i and queue[i - 1][0] > when:
+                    heapq.heappush(self._heap, (when, next(self._seq), handle))
+                else:
+                    queue.insert(i, (when, handle))
+            elif lane is not None:
+                self._lanes[lane] = collections.deque(((when, handle),))
+            else:
+                heapq.heappush(self._heap, (when, next(self._seq), handle))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grpc_retry-timers", daemon=True)
                 self._thread.start()
@@ -61,7 +85,8 @@ class Timers:
     def pending(self) -> int:
         """Timers of calls still to fire (those shared by the process's channels not counted)."""
         with self._cond:
-            return sum(1 for _, _, h in self._heap if not h.cancelled and not h.shared)
+            return (sum(1 for _, _, h in self._heap if not h.cancelled and not h.shared)
+                    + sum(1 for queue in self._lanes.values() for _, h in queue if not h.cancelled and not h.shared))
 
     def _run(self) -> None:
         while True:
@@ -69,18 +94,26 @@ class Timers:
                 while True:
                     while self._heap and self._heap[0][2].cancelled:
                         heapq.heappop(self._heap)
-                    if not self._heap:
+                    lane = self._next_lane()
+                    if not self._heap and lane is None:
                         self._wakes_at = monotonic() + LINGER
                         woken = self._cond.wait(LINGER)
                         self._wakes_at = 0.0
-                        if not woken and not self._heap:
+                        if not woken and not self._heap and not self._lanes:
                             self._thread = None  # under the lock: the next schedule() starts a new thread
                             return
                         continue
-                    when, _, handle = self._heap[0]
+                    if lane is not None and (not self._heap or lane[0][0] < self._heap[0][0]):
+                        when, handle = lane[0]
+                    else:
+                        lane = None
+                        when, _, handle = self._heap[0]
                     now = monotonic()
                     if when <= now:
-                        heapq.heappop(self._heap)
+                        if lane is not None:
+                            lane.popleft()
+                        else:
+                            heapq.heappop(self._heap)
                         break
                     wait = min(when - now, NAP)
                     self._wakes_at = now + wait
@@ -96,9 +129,27 @@ class Timers:
             callback = None
             del handle
 
+    def _next_lane(self) -> Optional[Deque[Tuple[float, TimerHandle]]]:
+        """(Under the lock.) The lane whose first timer is due first, once each lane's cancelled ones are dropped
+        from its front (and lanes left empty with them); None if no timer is in a lane."""
+        first: Optional[Deque[Tuple[float, TimerHandle]]] = None
+        emptied: Optional[List[Any]] = None
+        for key, queue in self._lanes.items():
+            while queue and queue[0][1].cancelled:
+                queue.popleft()
+            if not queue:
+                emptied = [key] if emptied is None else emptied + [key]
+            elif first is None or queue[0][0] < first[0][0]:
+                first = queue
+        if emptied is not None:
+            for key in emptied:
+                del self._lanes[key]
+        return first
+
     def _after_fork(self) -> None:
         # The thread did not come along, and the timers were the parent's calls': start afresh.
         self._heap = []
+        self._lanes = {}
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._thread = None
