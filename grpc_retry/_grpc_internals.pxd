@@ -65,12 +65,11 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
 
 
 cdef class SyncHeadersFirst:
-    cdef public object _multicallable, _calls, _lock, _polling
-    cpdef polled_ended(self)
+    cdef public object _multicallable
 
 
 cdef class SyncHeadersFirstAttempt(_UnaryAttempt):
     cdef public object _end_waits
-    cdef public SyncHeadersFirst _method
+    cdef public bint polled
     @cython.locals(state=_AttemptState)
     cpdef _on_event(self, event)

@@ -42,7 +42,7 @@ class Method:
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
     # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
     # grpcio's unary-unary multicallable and the grpcio channel it is of; None: grpcio's unary-stream shape.
-    HEDGED_UNARY: Optional[Callable[[Any, Any], Any]] = None
+    HEDGED_UNARY: Optional[Callable[[Any], Any]] = None
     # A channel's own response-stream attempt shape, made from grpcio's multicallable of the method, whose attempts
     # report their end themselves; None: grpcio's.
     RESPONSE_STREAM: Optional[Callable[[Any], Any]] = None
@@ -93,7 +93,7 @@ class Method:
             if self.direct:
                 multicallable = cast(Callable[[Any, bool], Any], self.DIRECT_UNARY)(multicallable, self.headers_first)
             elif self.headers_first:
-                multicallable = cast(Callable[[Any, Any], Any], self.HEDGED_UNARY)(multicallable, channel)
+                multicallable = cast(Callable[[Any], Any], self.HEDGED_UNARY)(multicallable)
             elif self.reports_end:
                 multicallable = cast(Callable[[Any], Any], self.RESPONSE_STREAM)(multicallable)
             entry = self._inner[index] = (channel, multicallable)

@@ -194,7 +194,7 @@ class HedgedBlockingCall(_Attempts):
                 timer.cancel()
             if at != INF and at == self._timer_at and not self._ending and self._handed is None:
                 if not self._timed_here:
-                    self._timer = TIMERS.schedule(at - monotonic(), self._due)
+                    self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)  # (its lane)
                 elif self._changed is not None:  # the caller waits: it waits until `at` now
                     self._changed.notify_all()
 
