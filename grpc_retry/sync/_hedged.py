@@ -2,9 +2,9 @@
 
 Most hedged calls never hedge: their first attempt answers before the hedging delay. Such a call needs no
 queue of actions, no thread hand-offs and no grpc.Future around it: the caller starts the attempt, polls it (or,
-when grpcio's spin thread reports it, waits for it) and ends the call, as a blocking call does. The machine's timer
-(the hedging delay) is the caller's own wait running out when it waits; while it polls, the process's timer
-thread keeps it. One lock, taken once per event, is all the call shares. The moment
+were it reported on grpcio's spin thread, waits for it) and ends the call, as a blocking call does. The machine's
+timer (the hedging delay) is the caller's own wait running out when it waits; while it polls, the process's timer
+thread keeps it, in the method's lane (_timer.py). One lock, taken once per event, is all the call shares. The moment
 the call needs more — the timer fires with the attempt out (a hedge), the attempt ends and another must follow,
 no subchannel can take it — the call is handed to a non-blocking Call (sync/_call.py), with the machine, the
 attempt out and what the machine has just decided; the caller then waits on that Call, as a blocking call on it
