@@ -1,6 +1,8 @@
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its own steps are C calls
 # (cdef), and the callbacks it hands out (an attempt's events, the timer) cpdef.
 
+from grpc_retry._grpc_internals cimport sync_response, sync_status
+from grpc_retry._timer cimport Timers
 from grpc_retry.sync._call cimport _Attempts
 
 
@@ -25,3 +27,5 @@ cdef class HedgedBlockingCall(_Attempts):
 
 cdef bint _inline(actions, bint starting) except -1
 cdef _timer_at(actions, at)
+
+cdef Timers TIMERS  # (the process's: its schedule() a C call)

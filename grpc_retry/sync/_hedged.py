@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, cast
 
 import grpc
 
-from grpc_retry import _grpc_internals as internals
+from grpc_retry._grpc_internals import sync_response, sync_status
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
 from grpc_retry._timer import TIMERS
@@ -180,7 +180,7 @@ class HedgedBlockingCall(_Attempts):
                 if self._attempt is not None:
                     self._attempt.cancel()
             elif kind == DELIVER:
-                self._outcome(attempt, self._machine.previous(0), internals.sync_response(attempt))
+                self._outcome(attempt, self._machine.previous(0), sync_response(attempt))
                 self._done()
             elif kind == END:
                 self._local(action[1], self._local_details)
@@ -241,11 +241,11 @@ class HedgedBlockingCall(_Attempts):
                 now = monotonic()
                 actions: List[Action] = []
                 if machine.winner != 0:
-                    if internals.sync_response(attempt) is not None:
+                    if sync_response(attempt) is not None:
                         actions = machine.message(0, now)
                     elif silent >= 0 and now - silent >= HEADERS_GRACE:
                         actions = machine.headers(0, now)  # its silence lasted: it won before it ended
-                code, details, trailing, _, _ = internals.sync_status(attempt)
+                code, details, trailing, _, _ = sync_status(attempt)
                 decided = self._decided(actions + machine.status(0, code.value[0], details, trailing, now, False),
                                         False)
         if handed is not None:
