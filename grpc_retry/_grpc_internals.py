@@ -769,7 +769,8 @@ class SyncHeadersFirst:
         """`pollable`: a thread of the application's, free to wait, polls the attempt (it is `polled`), however
         many calls overlap: grpcio's spin thread, taking every call's events, would cost each of them grpcio's
         managed-call path (a context manager to start it, a Python loop turn per event) and a hand-off to the
-        waiting caller per call — more than each caller taking its own events (measured, 16 and 128 in flight)."""
+        waiting caller. Each caller taking its own events counted fewer instructions (callgrind, 16 in flight) and
+        the same time within the spread."""
         deadline = None if timeout is None else time.time() + timeout
         return SyncHeadersFirstAttempt(
             self._multicallable, request, _channel._determine_deadline(deadline) if pollable else deadline,

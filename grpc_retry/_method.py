@@ -41,7 +41,7 @@ class Method:
     # it shows its response headers first (hedging); None: grpcio's multicallables as they are.
     DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
     # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
-    # grpcio's unary-unary multicallable and the grpcio channel it is of; None: grpcio's unary-stream shape.
+    # grpcio's unary-unary multicallable; None: grpcio's unary-stream shape.
     HEDGED_UNARY: Optional[Callable[[Any], Any]] = None
     # A channel's own response-stream attempt shape, made from grpcio's multicallable of the method, whose attempts
     # report their end themselves; None: grpcio's.
