@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, List, Optional, cast
 
 import grpc
 
-from grpc_retry._grpc_internals import sync_response, sync_status
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
+from grpc_retry._grpc_internals import sync_response, sync_status
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
