@@ -89,3 +89,30 @@ def test_a_lane_emptied_is_dropped_and_the_thread_ends_with_nothing_left():
     thread.join(5)  # it lingers a moment for the next timer, then ends
     assert not thread.is_alive()
     assert timers._lanes == {} and timers._heap == [] and timers._thread is None
+
+
+def test_lane_timers_set_from_many_threads_at_once_all_fire_in_time():
+    timers = Timers()
+    threads_n, per_thread = 8, 50
+    fired = Fired(threads_n * per_thread)
+    lane = object()
+    due = {}
+    start = threading.Barrier(threads_n)
+
+    def setter(t: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            name = (t, i)
+            due[name] = time.monotonic() + 0.02 + i * 0.001
+            timers.schedule(0.02 + i * 0.001, fired.callback(name), lane=lane)
+
+    threads = [threading.Thread(target=setter, args=(t,)) for t in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    fired.wait()
+    assert sorted(fired.order) == sorted(due)
+    early = [name for name in due if fired.times[name] < due[name] - 0.005]
+    assert not early
+    assert timers.pending() == 0
