@@ -7,10 +7,10 @@ from grpc_retry.sync._call cimport _Attempts
 
 
 cdef class HedgedBlockingCall(_Attempts):
-    cdef public object _lock, _attempt, _out, _timer, _timer_at, _timed_here, _silent, _handed, _ending, _ended, _changed
+    cdef public object _lock, _attempt, _out, _timer, _timer_at, _silent, _handed, _ending, _ended, _changed
     cdef public object _local_details
     cdef _run(self)
-    cdef bint _wait_for_end(self) except -1
+    cdef _wait_for_end(self)
     cdef _handed_over(self)
     cdef bint _first(self, n, address, previous) except -1
     cdef _refused(self, error)

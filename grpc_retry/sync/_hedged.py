@@ -3,8 +3,8 @@
 Most hedged calls never hedge: their first attempt answers before the hedging delay. Such a call needs no
 queue of actions, no thread hand-offs and no grpc.Future around it: the caller starts the attempt, polls it (or,
 were it reported on grpcio's spin thread, waits for it) and ends the call, as a blocking call does. The machine's
-timer (the hedging delay) is the caller's own wait running out when it waits; while it polls, the process's timer
-thread keeps it, in the method's lane (_timer.py). One lock, taken once per event, is all the call shares. The moment
+timer (the hedging delay) is the process's timer thread's, in the method's lane (_timer.py). One lock, taken once
+per event, is all the call shares. The moment
 the call needs more — the timer fires with the attempt out (a hedge), the attempt ends and another must follow,
 no subchannel can take it — the call is handed to a non-blocking Call (sync/_call.py), with the machine, the
 attempt out and what the machine has just decided; the caller then waits on that Call, as a blocking call on it
@@ -39,8 +39,8 @@ class HedgedBlockingCall(_Attempts):
     """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
     the whole call handed to a Call."""
 
-    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_timed_here", "_silent", "_handed",
-                 "_ending", "_ended", "_changed", "_local_details")
+    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended",
+                 "_changed", "_local_details")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> None:
@@ -50,7 +50,6 @@ class HedgedBlockingCall(_Attempts):
         self._out = False                   # ... and not yet ended
         self._timer: Any = None             # the TIMERS handle of the machine's timer
         self._timer_at = INF                # when the machine's timer is due, as last decided
-        self._timed_here = True             # the caller waits (does not poll): its wait keeps the machine's timer
         self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not, or it ended)
         self._handed: Optional[Call] = None  # the Call that drives it now
         self._ending = False                # the machine has decided the end
@@ -96,39 +95,24 @@ class HedgedBlockingCall(_Attempts):
                 return None
             actions = actions[1:]
         attempt = self._attempt
-        polled = attempt is not None and attempt.polled
-        if polled:  # (before the timer is armed; no other thread hears of a polled attempt)
-            self._timed_here = False
         self._apply(actions, None)
-        if polled:
+        if attempt is not None and attempt.polled:
             try:
                 attempt.poll()
             finally:
                 handed = self._handed
                 if handed is not None:
                     handed._poll_done()
-        while True:
-            with self._lock:  # the end (or the hand-off) may be another thread's, and under way
-                due = self._wait_for_end()
-            if not due:
-                return self._handed
-            self._due()
+        with self._lock:  # the end (or the hand-off) may be another thread's, and under way
+            self._wait_for_end()
+        return self._handed
 
-    def _wait_for_end(self) -> bool:
-        """(Under the lock.) Wait for the end or the hand-off (False), or, this thread keeping the machine's
-        timer, until it is due (True)."""
+    def _wait_for_end(self) -> None:
+        """(Under the lock.) Wait for the end or the hand-off."""
         while not self._ended and self._handed is None:
             if self._changed is None:
                 self._changed = Waiters(self._lock)
-            at = self._timer_at if self._timed_here and not self._ending else INF  # (ending: the end is near)
-            if at == INF:
-                self._changed.wait()
-                continue
-            left = at - monotonic()
-            if left <= 0:
-                return True
-            self._changed.wait(left)
-        return False
+            self._changed.wait()
 
     def _handed_over(self) -> Call:
         """(The thread that handed the call over, outside the lock.) The Call performs what the machine decided."""
@@ -187,16 +171,13 @@ class HedgedBlockingCall(_Attempts):
                 self._done()
 
     def _arm(self, at: float) -> None:
-        """The machine's timer, due `at`: the caller's wait's, or the timer thread's while the caller polls."""
+        """The machine's timer, due `at`: the timer thread's, in the method's lane."""
         with self._lock:  # (under it: see Call._arm)
             timer, self._timer = self._timer, None
             if timer is not None:
                 timer.cancel()
             if at != INF and at == self._timer_at and not self._ending and self._handed is None:
-                if not self._timed_here:
-                    self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)  # (its lane)
-                elif self._changed is not None:  # the caller waits: it waits until `at` now
-                    self._changed.notify_all()
+                self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)
 
     def _done(self) -> None:
         with self._lock:
@@ -254,7 +235,7 @@ class HedgedBlockingCall(_Attempts):
             self._after(decided, attempt)
 
     def _due(self) -> None:
-        """The machine's timer (the waiting caller's, or TIMERS' thread while it polls): a silence that lasted
+        """The machine's timer (on the timer thread): a silence that lasted
         commits; else the next hedge is due (or the deadline), which hands the call over."""
         with self._lock:
             now = monotonic()
