@@ -59,12 +59,12 @@ class Timers:
         """`callback` run on the timer thread after `delay` s unless cancelled; `lane`: see the module's text."""
         handle = TimerHandle(callback, shared)
         when = monotonic() + max(delay, 0.0)
+        entry = (when, handle)  # (a lane's)
         if lane is not None:
             # A lane's usual case, without the lock (which overlapping calls would queue on, each blocking a moment
             # and waking the next): due no sooner than its last timer, appended behind it. The thread, which wakes
             # by the lane's first, finds it in time. (Compiled, the look and the append are one step under the GIL:
             # nothing runs between them that could empty the lane and drop it.)
-            entry = (when, handle)
             queue = self._lanes.get(lane)
             if queue and queue[-1][0] <= when:
                 queue.append(entry)
@@ -79,9 +79,9 @@ class Timers:
                 if i and queue[i - 1][0] > when:
                     heapq.heappush(self._heap, (when, next(self._seq), handle))
                 else:
-                    queue.insert(i, (when, handle))
+                    queue.insert(i, entry)
             elif lane is not None:
-                self._lanes[lane] = collections.deque(((when, handle),))
+                self._lanes[lane] = collections.deque((entry,))
             else:
                 heapq.heappush(self._heap, (when, next(self._seq), handle))
             if self._thread is None:
