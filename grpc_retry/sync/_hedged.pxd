@@ -1,7 +1,9 @@
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its own steps are C calls
 # (cdef), and the callbacks it hands out (an attempt's events, the timer) cpdef.
 
-from grpc_retry._grpc_internals cimport sync_response, sync_status
+cimport cython
+
+from grpc_retry._grpc_internals cimport _AttemptState, sync_response
 from grpc_retry._timer cimport Timers
 from grpc_retry.sync._call cimport _Attempts
 
@@ -14,9 +16,11 @@ cdef class HedgedBlockingCall(_Attempts):
     cdef _handed_over(self)
     cdef bint _first(self, n, address, previous) except -1
     cdef _refused(self, error)
-    cdef _apply(self, actions, attempt)
+    cdef _apply(self, actions, attempt, bint alone)
+    cdef _set_timer(self, at, bint alone)
     cdef _done(self)
     cpdef _on_headers(self, attempt)
+    @cython.locals(state=_AttemptState)
     cpdef _on_end(self, attempt)
     cpdef _due(self)
     cdef _after(self, decided, attempt)

@@ -21,7 +21,7 @@ import grpc
 
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
-from grpc_retry._grpc_internals import sync_response, sync_status
+from grpc_retry._grpc_internals import sync_response
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
@@ -95,7 +95,7 @@ class HedgedBlockingCall(_Attempts):
                 return None
             actions = actions[1:]
         attempt = self._attempt
-        self._apply(actions, None)
+        self._apply(actions, None, True)
         if attempt is not None and attempt.polled:
             try:
                 attempt.poll()
@@ -103,8 +103,9 @@ class HedgedBlockingCall(_Attempts):
                 handed = self._handed
                 if handed is not None:
                     handed._poll_done()
-        with self._lock:  # the end (or the hand-off) may be another thread's, and under way
-            self._wait_for_end()
+        if not self._ended:  # (most often it has: the polled attempt's end, performed here)
+            with self._lock:  # the end (or the hand-off) may be another thread's, and under way
+                self._wait_for_end()
         return self._handed
 
     def _wait_for_end(self) -> None:
@@ -148,18 +149,19 @@ class HedgedBlockingCall(_Attempts):
         with self._lock:
             self._ending = True
             actions = self._machine.cancel(_CANCELLED if closed else _INTERNAL, monotonic())
-        self._apply(actions, None)
+        self._apply(actions, None, False)
         if not closed:  # as grpcio, the call site raises what refused the call (metadata it cannot send)
             raise error
 
-    def _apply(self, actions: List[Action], attempt: Any) -> None:
-        """Actions _inline() accepted, outside the lock (`attempt`: attempt 0, if it has ended)."""
+    def _apply(self, actions: List[Action], attempt: Any, alone: bool) -> None:
+        """Actions _inline() accepted, outside the lock (`attempt`: attempt 0, if it has ended; `alone`: the
+        call's start, attempt 0 just made and not yet polled, when no other thread can act on the call)."""
         if self._obs is not None:
             self._obs.flush()
         for action in actions:
             kind = action[0]
             if kind == TIMER:
-                self._arm(action[1])
+                self._set_timer(action[1], alone)
             elif kind == CANCEL:
                 if self._attempt is not None:
                     self._attempt.cancel()
@@ -170,13 +172,17 @@ class HedgedBlockingCall(_Attempts):
                 self._local(action[1], self._local_details)
                 self._done()
 
-    def _arm(self, at: float) -> None:
-        """The machine's timer, due `at`: the timer thread's, in the method's lane."""
+    def _set_timer(self, at: float, alone: bool) -> None:
+        """The machine's timer, due `at`: the timer thread's, in the method's lane, unless a later decision has
+        moved it meanwhile (the timer it replaces was cancelled as it was decided: _decided)."""
+        if at == INF:
+            return
+        if alone:  # (no lock: nothing else can touch the timer yet)
+            if at == self._timer_at and self._timer is None:
+                self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)
+            return
         with self._lock:  # (under it: see Call._arm)
-            timer, self._timer = self._timer, None
-            if timer is not None:
-                timer.cancel()
-            if at != INF and at == self._timer_at and not self._ending and self._handed is None:
+            if at == self._timer_at and self._timer is None and not self._ending and self._handed is None:
                 self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)
 
     def _done(self) -> None:
@@ -226,8 +232,10 @@ class HedgedBlockingCall(_Attempts):
                         actions = machine.message(0, now)
                     elif silent >= 0 and now - silent >= HEADERS_GRACE:
                         actions = machine.headers(0, now)  # its silence lasted: it won before it ended
-                code, details, trailing, _, _ = sync_status(attempt)
-                decided = self._decided(actions + machine.status(0, code.value[0], details, trailing, now, False),
+                state = attempt._state  # (its own: sync_status() would copy it)
+                code = state.code  # (0 for OK without StatusCode.value, an enum's property: interpreted Python)
+                decided = self._decided(actions + machine.status(0, 0 if code is _OK else code.value[0],
+                                                                 state.details, state.trailing_metadata, now, False),
                                         False)
         if handed is not None:
             handed._headers_first_ended(0, attempt)
@@ -257,7 +265,7 @@ class HedgedBlockingCall(_Attempts):
         if decided is None:
             self._handed_over()
         elif decided:
-            self._apply(decided, attempt)
+            self._apply(decided, attempt, False)
 
     def _decided(self, actions: List[Action], live: bool) -> Optional[List[Action]]:
         """(Under the lock.) What the machine decided: the actions to perform here, or None when they need the
@@ -265,7 +273,12 @@ class HedgedBlockingCall(_Attempts):
         if not _inline(actions, False):
             self._hand_over(actions, live)
             return None
-        self._timer_at = _timer_at(actions, self._timer_at)
+        at = _timer_at(actions, self._timer_at)
+        if at != self._timer_at:  # the timer armed for the old time is dropped now; _set_timer() sets the new one
+            self._timer_at = at
+            timer, self._timer = self._timer, None
+            if timer is not None:
+                timer.cancel()
         if actions and actions[-1][0] in (DELIVER, END):
             self._ending = True
         return actions
@@ -294,7 +307,7 @@ class HedgedBlockingCall(_Attempts):
         if handed is not None:
             handed._abandon()
         else:
-            self._apply(actions, None)
+            self._apply(actions, None, False)
 
     # -- the channel's close ------------------------------------------------------------------------------------
 
