@@ -42,6 +42,8 @@ cdef class AioAttempt:
 # A hedged sync unary attempt's path (and the future's): its state read and set as struct fields, its helpers C
 # calls (a blocking hedged call made ~20 Python-level calls among them: callgrind).
 cdef _tell(callback, attempt)
+cdef _determined(deadline)
+cdef _augmented(metadata, compression)
 cpdef _decode(value)
 cpdef tuple sync_status(call)
 cpdef sync_response(call)

@@ -603,9 +603,9 @@ def sync_unary_start(m: Any, request: bytes, *, timeout: Optional[float], metada
     call as grpcio's blocking call starts it (one batch), without the call state, event handling and rendezvous
     that grpcio's adds: the call and its receiving operations, for sync_unary_end(). Raises what grpcio raises for
     a call it cannot start."""
-    sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
+    sending, receiving = _unary_ops(request, _augmented(metadata, compression),
                                     _WAIT_FOR_READY[wait_for_ready])
-    deadline = _channel._determine_deadline(None if timeout is None else time.time() + timeout)
+    deadline = _determined(None if timeout is None else time.time() + timeout)
     call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
                                       None if credentials is None else credentials._credentials,
                                       ((sending + receiving, None),), m._context, m._registered_call_handle)
@@ -642,11 +642,11 @@ class SyncBlockingRequestStream:
         state = self._state = _channel._RPCState(_channel._STREAM_UNARY_INITIAL_DUE, None, None, None, None)
         state.rpc_start_time = time.perf_counter()  # what grpcio's event handling reads, as its own call sets it
         state.method, state.target = _decode(m._method), _decode(m._target)
-        augmented = _compression.augment_metadata(metadata, compression)
+        augmented = _augmented(metadata, compression)
         self._requests = requests
         self._deadline = None if timeout is None else time.time() + timeout
         self._call = m._channel.segregated_call(
-            _PROPAGATE_DEFAULTS, m._method, None, _channel._determine_deadline(self._deadline), augmented,
+            _PROPAGATE_DEFAULTS, m._method, None, _determined(self._deadline), augmented,
             None if credentials is None else credentials._credentials,
             _channel._stream_unary_invocation_operations_and_tags(augmented, _WAIT_FOR_READY[wait_for_ready]),
             m._context, m._registered_call_handle)
@@ -680,7 +680,7 @@ def sync_request_stream(m: Any, requests: Iterator[bytes], workers: Any, respons
     requests sent from a worker thread of grpc_retry's channel (see SyncBlockingRequestStream) instead of a thread
     grpcio starts and ends for each call."""
     deadline = None if timeout is None else time.time() + timeout
-    augmented = _compression.augment_metadata(metadata, compression)
+    augmented = _augmented(metadata, compression)
     flags = _WAIT_FOR_READY[wait_for_ready]
     if response_stream:
         state = _channel._RPCState(_channel._STREAM_STREAM_INITIAL_DUE, None, None, None, None)
@@ -694,7 +694,7 @@ def sync_request_stream(m: Any, requests: Iterator[bytes], workers: Any, respons
     on_event = _channel._event_handler(state, None)
     state.rpc_start_time = time.perf_counter()  # what grpcio's event handling reads, as its own call sets it
     state.method, state.target = _decode(m._method), _decode(m._target)
-    call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, _channel._determine_deadline(deadline), augmented,
+    call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, _determined(deadline), augmented,
                            None if credentials is None else credentials._credentials, operations, on_event,
                            m._context, m._registered_call_handle)
     _send_from(workers, requests, state, call, on_event)
@@ -773,8 +773,8 @@ class SyncHeadersFirst:
         the same time within the spread."""
         deadline = None if timeout is None else time.time() + timeout
         return SyncHeadersFirstAttempt(
-            self._multicallable, request, _channel._determine_deadline(deadline) if pollable else deadline,
-            metadata, _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+            self._multicallable, request, _determined(deadline) if pollable else deadline,
+            metadata, _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
             None if credentials is None else credentials._credentials, on_headers, on_end, pollable)
 
 
@@ -882,7 +882,7 @@ class SyncUnaryAttempt(_UnaryAttempt):
 
     def __init__(self, m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None]) -> None:
-        sending, receiving = _unary_ops(request, _compression.augment_metadata(metadata, compression),
+        sending, receiving = _unary_ops(request, _augmented(metadata, compression),
                                         _WAIT_FOR_READY[wait_for_ready])
         super().__init__(receiving, on_end)
         self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None,
@@ -986,8 +986,8 @@ class SyncResponseStream:
                 on_end(call)
             return call
         return SyncStreamAttempt(
-            m, request, _channel._determine_deadline(None if timeout is None else time.time() + timeout), metadata,
-            _compression.augment_metadata(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+            m, request, _determined(None if timeout is None else time.time() + timeout), metadata,
+            _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
             None if credentials is None else credentials._credentials, on_end)
 
 
@@ -1264,7 +1264,25 @@ def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
     return bool(channel._channel.watch_connectivity_state(last, time.time() + timeout).success)
 
 
+def _determined(deadline: Optional[float]) -> Optional[float]:
+    """grpcio's _determine_deadline(): the sooner of `deadline` and the deadline of the server handler this thread
+    runs (propagated), if any; compiled, where grpcio's is a Python function's call on every call's path."""
+    parent: Optional[float] = cygrpc.get_deadline_from_context()
+    if parent is None:
+        return deadline
+    return parent if deadline is None else min(parent, deadline)
+
+
+def _augmented(metadata: Any, compression: Any) -> Any:
+    """grpcio's augment_metadata() (the metadata a call sends, with its compression's), its usual case (neither)
+    without a Python function's call."""
+    if not metadata and not compression:
+        return None
+    return _compression.augment_metadata(metadata, compression)
+
+
 def _decode(value: Any) -> Optional[str]:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    return cast("Optional[str]", value)
+    text: Optional[str] = value  # (not typing.cast: compiled, that stays a call of a Python function)
+    return text

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import logging
 from time import monotonic
-from typing import Any, List, Optional, cast
+from typing import Any, List, Optional
 
 log = logging.getLogger("grpc_retry")
 
@@ -61,7 +61,9 @@ class CallTimers:
         if self._handle is not None:
             self._handle.cancel()
         self._handle_at = at
-        self._handle = cast(asyncio.AbstractEventLoop, self._loop).call_later(max(at - monotonic(), 0.0), self._fire)
+        loop = self._loop
+        assert loop is not None  # (not typing.cast(): compiled, that is still a Python function's call)
+        self._handle = loop.call_later(max(at - monotonic(), 0.0), self._fire)
 
     def close(self) -> None:
         """The channel closed (its calls have ended): nothing is left to fire."""

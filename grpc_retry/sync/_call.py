@@ -168,12 +168,15 @@ class BlockingCall(_Attempts):
                 self._method.attempt_started(address)  # (grpcio's blocking call: no moment between is ours)
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
             elif internals.sync_direct():  # no call object wanted: the exchange on grpcio's Cython call
-                started, receiving = internals.sync_unary_start(inner, cast(bytes, self._request),
+                request = self._request
+                assert request is not None  # (not typing.cast(): compiled, that is still a Python function's call)
+                started, receiving = internals.sync_unary_start(inner, request,
                                                                 **self._kwargs(n, address, previous))
                 self._method.attempt_started(address)
                 ended = internals.sync_unary_end(started, receiving)
                 state = ended._state
-                code = cast(grpc.StatusCode, state.code)
+                code = state.code
+                assert code is not None
                 if code is not _OK:
                     self._last = ended, None
                     return self._machine.status(n, code.value[0], state.details, state.trailing_metadata,
@@ -406,12 +409,13 @@ class _NonBlocking(_Attempts):
                   and internals.sync_direct()):
                 # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
                 # one batch, reported from its spin thread
-                call = internals.SyncUnaryAttempt(inner, cast(bytes, payload), on_end=partial(self._ended, n),
-                                                  **kwargs)
+                call = internals.SyncUnaryAttempt(inner, payload,  # type: ignore[arg-type]  # (its bytes)
+                                                  on_end=partial(self._ended, n), **kwargs)
                 reports = True
             elif self._requests is not None and internals.sync_direct():
                 # its requests sent from a worker of the channel's (grpcio starts a thread per call)
-                call = internals.sync_request_stream(inner, cast(Iterator[bytes], payload), method.workers,
+                assert payload is not None and not isinstance(payload, bytes)
+                call = internals.sync_request_stream(inner, payload, method.workers,
                                                      method.attempt_streams, **kwargs)
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
@@ -602,7 +606,8 @@ class _NonBlocking(_Attempts):
             response = internals.sync_response(call)
         self._last = call, response
         self._changed.notify_all()
-        return self._machine.status(n, code.value[0], details, trailing, monotonic(),
+        # (0 for OK without StatusCode.value: an enum's property, interpreted Python even where the caller is compiled)
+        return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(),
                                     bool(initial) and code is not _OK and not self._hedged)
 
     def _headers_came(self, n: int, attempt: Any) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Deque, Iterator, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Deque, Iterator, List, Optional, Tuple
 
 import grpc
 
@@ -157,8 +157,8 @@ class BlockingStreamCall(_Attempts):
             self._changed.notify_all()  # its request iterator, if it waits, is over
             code, details, trailing, _, initial = internals.sync_status(ended)
             self._last = ended, internals.sync_response(ended) if code is _OK else None
-            return self._decide(self._machine.status(n, code.value[0], details, trailing, monotonic(),
-                                                     bool(initial) and code is not _OK))
+            return self._decide(self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing,
+                                                     monotonic(), bool(initial) and code is not _OK))
 
     def _not_started(self, error: Exception) -> Optional[List[Any]]:
         with self._lock:
@@ -259,7 +259,7 @@ class BlockingStreamCall(_Attempts):
             if item is _CLOSE:
                 return
             wrote = True
-            yield cast(bytes, item)
+            yield item  # type: ignore[misc]  # (a request's bytes; not typing.cast(): a Python call, compiled)
 
     def _pull(self) -> None:
         """The application's next message, to the machine (which buffers it for the attempts to come)."""
