@@ -5,12 +5,14 @@
 cimport cython
 
 cdef dict _LOG_CACHE  # (its get() then a C call)
+cdef dict _EVENT_ATTRIBUTES
+cdef dict _attributes(event, n, name, value)
 cpdef _debug_logged()
 
 cdef class Telemetry:
     cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
     cdef public object _context_api, _client, _textmap, _span_context, _span_key, _no_state
-    cdef public dict _methods, _ends
+    cdef public dict _methods, _ends, _attempts
     cpdef with_span(self, span, context)
     cdef bint _w3c_only(self) except -1
     cpdef tuple method(self, method)

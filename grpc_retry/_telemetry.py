@@ -75,6 +75,9 @@ COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
 _ATTEMPT_NAMES = tuple(f"attempt {n}" for n in range(1, 9))  # attempt spans' names
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
+# Span events' and attempt spans' attributes, made once for each set of values (most calls' are alike) and shared,
+# never changed (OpenTelemetry's SDK copies what it is given): (event, attempt, value) -> attributes
+_EVENT_ATTRIBUTES: Dict[Tuple[str, int, Any], Dict[str, Any]] = {}
 # A method's span name, span attributes, metric labels, and its duration's labels per status code
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
 
@@ -224,7 +227,7 @@ class Telemetry:
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
                  "_baggage", "_context_api", "_client", "_textmap", "_span_context", "_span_key", "_no_state",
-                 "_methods", "_ends")
+                 "_methods", "_ends", "_attempts")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -247,6 +250,8 @@ class Telemetry:
         self._methods: Dict[str, _MethodLabels] = {}
         # (attempts, retries, hedges, transparent retries, reason, code) -> a call span's attributes at its end
         self._ends: Dict[Tuple[int, ...], Dict[str, Any]] = {}
+        # (attempt, its type, previous attempts, backend) -> an attempt span's attributes (shared, as _ends')
+        self._attempts: Dict[Tuple[int, int, int, str], Dict[str, Any]] = {}
         try:
             import opentelemetry.metrics as metrics
             import opentelemetry.trace as trace
@@ -319,6 +324,17 @@ class Telemetry:
         return CallTelemetry(self, method, machine, addresses, tracing)
 
 
+def _attributes(event: str, n: int, name: str, value: Any) -> Dict[str, Any]:
+    """A span event's attributes, {"attempt": n + 1, name: value}, shared by the events alike (_EVENT_ATTRIBUTES)."""
+    key = (event, n, value)
+    attributes = _EVENT_ATTRIBUTES.get(key)
+    if attributes is None:
+        attributes = {"attempt": n + 1, name: value}
+        if len(_EVENT_ATTRIBUTES) < 1024:
+            _EVENT_ATTRIBUTES[key] = attributes
+    return attributes
+
+
 def _span_key(trace: Any, context: Any) -> Any:
     """(Context's class, the key a span is set under) when OpenTelemetry's set_span_in_context makes a Context
     that holds the span as its one new item, as it has always done, and get_current_span reads it back from one
@@ -372,7 +388,7 @@ class CallTelemetry:
         self._tracing = tracing
         self._id = next(_call_ids)
         self._started = time.perf_counter()
-        self._where: Dict[int, str] = {}   # attempt -> its backend
+        self._where: Optional[Dict[int, str]] = {} if tracing else None  # attempt -> its backend, for the log
         self._codes: Dict[int, int] = {}   # attempt -> its status code
         self._ended = False
         self._span: Any = None
@@ -444,21 +460,28 @@ class CallTelemetry:
             i += 1
 
     def _prefix(self, n: int) -> str:
-        return f"call {self._id} {self._method} attempt {n + 1} on {self._where.get(n, '?')}"
+        where = self._where
+        return f"call {self._id} {self._method} attempt {n + 1} on {'?' if where is None else where.get(n, '?')}"
 
     def _start(self, note: Tuple[Any, ...], tracing: bool) -> None:
         _, n, address, previous, why, after = note
         where = self._addresses[address] if 0 <= address < len(self._addresses) else "?"
         if where.startswith(("ipv4:", "ipv6:")):
             where = where[5:]
-        self._where[n] = where
+        if self._where is not None:
+            self._where[n] = where
         if self._span is not None:  # each attempt's span, a child of the call's
             api = self._channel
+            key = (n, why, previous, where)
+            attributes = api._attempts.get(key)
+            if attributes is None:
+                attributes = {"grpc_retry.attempt": n + 1, "grpc_retry.attempt_type": _TYPES[why],
+                              "grpc_retry.previous_attempts": previous, "server.address": where}
+                if len(api._attempts) < 1024:
+                    api._attempts[key] = attributes
             self._attempt_spans[n] = api.tracer.start_span(
                 _ATTEMPT_NAMES[n] if n < len(_ATTEMPT_NAMES) else f"attempt {n + 1}", context=self._parent,
-                kind=api._client,
-                attributes={"grpc_retry.attempt": n + 1, "grpc_retry.attempt_type": _TYPES[why],
-                            "grpc_retry.previous_attempts": previous, "server.address": where})
+                kind=api._client, attributes=attributes)
         if why in _WHY:
             text = f"{_WHY[why]} {n + 1} on {where}" + (f" after {after * 1000:.0f} ms" if why == HEDGE else "")
             if tracing:
@@ -472,7 +495,8 @@ class CallTelemetry:
         self._codes[n] = code
         name = _CODE_NAMES.get(code) or str(code)
         self._end_attempt_span(n, name, code)
-        self._event("attempt ended", {"attempt": n + 1, "grpc.status": name})
+        if self._span is not None:
+            self._span.add_event("attempt ended", _attributes("attempt ended", n, "grpc.status", name))
         what = self._decision(decision, False) if decision is not None else None
         if tracing:
             log.debug("%s: %s%s", self._prefix(n), name, f" → {what}" if what else "")
@@ -511,7 +535,8 @@ class CallTelemetry:
         why = "replay buffer full" if cause == COMMIT_OVERFLOW else "answered"
         if tracing:
             log.debug("%s: committed (%s)", self._prefix(n), why)
-        self._event("committed", {"attempt": n + 1, "cause": why})
+        if self._span is not None:
+            self._span.add_event("committed", _attributes("committed", n, "cause", why))
 
     def _end(self, note: Tuple[Any, ...], tracing: bool) -> None:
         if self._ended:

@@ -175,6 +175,16 @@ async def test_hedged_sequence_counts_hedges(backends: List[Backend]) -> None:
         "hedge", "hedge", "original", "original"]
     losers = [s for s in attempts if s.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]]
     assert len(losers) == 2
+    # Attributes are shared by calls alike (made once): each call's still say its own attempts and backends
+    committed = [dict(e.attributes) for s in calls for e in s.events if e.name == "committed"]
+    assert committed == [{"attempt": 3, "cause": "answered"}, {"attempt": 1, "cause": "answered"}]
+    assert [dict(e.attributes) for s in calls for e in s.events if e.name == "attempt ended"] == [
+        {"attempt": 3, "grpc.status": "OK"}, {"attempt": 1, "grpc.status": "OK"}]
+    first = {s.attributes["grpc_retry.attempt"]: s.attributes["server.address"] for s in attempts
+             if s.parent is not None and s.parent.span_id == calls[0].context.span_id}
+    assert sorted(first) == [1, 2, 3] and sorted(first.values()) == sorted(b.target for b in backends)
+    (second,) = [s for s in attempts if s.parent is not None and s.parent.span_id == calls[1].context.span_id]
+    assert (second.attributes["grpc_retry.attempt"], second.attributes["server.address"]) == (1, backends[0].target)
 
 
 def test_trace_log_says_what_was_decided_and_why(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
