@@ -21,11 +21,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 log = logging.getLogger("grpc_retry")
 
 
-# How far from its back a lane's timer is put in its place (further: to the heap). A blocking hedged call's timer
-# is due a hedging delay after the call's start, and set once its attempt has started: meanwhile, the other calls in
-# flight may have set theirs (measured at 128 in flight: 17% of timers went past a reach of 16, 4% past 64, none
-# past 256).
-LANE_REACH = 256
+# How far from its back a lane's timer is put in its place (further: to the heap).
+LANE_REACH = 16
 # How long the thread waits for a new timer once none is pending, before it ends.
 LINGER = 0.05
 # The longest it sleeps at once: a cancelled timer does not wake it (a hedging delay or a backoff is cancelled on
@@ -69,18 +66,9 @@ class Timers:
             # by the lane's first, finds it in time. (Compiled, the look and the append are one step under the GIL:
             # nothing runs between them that could empty the lane and drop it.)
             queue = self._lanes.get(lane)
-            if queue:
-                if queue[-1][0] <= when:
-                    queue.append(entry)
-                    return handle
-                # Set a moment after its last ones (calls on other threads setting theirs at once): its place, looked
-                # for from the back, behind the first (which the thread waits for: one due before it needs the lock)
-                i = len(queue) - 1
-                while i and queue[i - 1][0] > when and len(queue) - i < LANE_REACH:
-                    i -= 1
-                if i and queue[i - 1][0] <= when:
-                    queue.insert(i, entry)
-                    return handle
+            if queue and queue[-1][0] <= when:
+                queue.append(entry)
+                return handle
         with self._lock:  # the condition's lock: its own `with` is Python code, run per call
             queue = None if lane is None else self._lanes.get(lane)
             if queue is not None:
