@@ -71,6 +71,7 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
 
 cdef class SyncHeadersFirst:
     cdef public object _multicallable
+    cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end)
 
 
 cdef class SyncHeadersFirstAttempt(_UnaryAttempt):

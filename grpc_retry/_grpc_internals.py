@@ -597,7 +597,7 @@ class SyncEnded:
         self._state = state
 
 
-def sync_unary_start(m: Any, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+def sync_unary_start(m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
                      wait_for_ready: Optional[bool], compression: Any) -> Tuple[Any, Tuple[Any, Any, Any]]:
     """A blocking unary-unary exchange on grpcio's sync multicallable `m` of a subchannel, started on its Cython
     call as grpcio's blocking call starts it (one batch), without the call state, event handling and rendezvous
@@ -776,6 +776,16 @@ class SyncHeadersFirst:
             self._multicallable, request, _determined(deadline) if pollable else deadline,
             metadata, _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
             None if credentials is None else credentials._credentials, on_headers, on_end, pollable)
+
+    def polled(self, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
+               wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
+               on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
+        """The attempt as called with `pollable` (a blocking hedged call's first), its arguments in order: no
+        keywords to gather and parse on each call's path."""
+        return SyncHeadersFirstAttempt(
+            self._multicallable, request, _determined(None if timeout is None else time.time() + timeout),
+            metadata, _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
+            None if credentials is None else credentials._credentials, on_headers, on_end, True)
 
 
 class _AttemptState:

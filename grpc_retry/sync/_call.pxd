@@ -6,6 +6,7 @@ from grpc_retry._driver cimport CallDriver, grpc_details
 
 cdef class _Attempts(CallDriver):
     cdef public object _error, _response, _final
+    cdef _timeout(self)
 
 
 cdef class BlockingCall(_Attempts):

@@ -66,10 +66,13 @@ class _Attempts(CallDriver):
         self._final = None
 
     def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
+        return dict(timeout=self._timeout(), metadata=self._attempt_metadata(n, previous),
+                    credentials=self._credentials, wait_for_ready=self._grpc_wfr, compression=self._compression)
+
+    def _timeout(self) -> Optional[float]:
+        """An attempt's timeout: what is left of the call's deadline (None: no deadline)."""
         deadline = self._machine.deadline
-        return dict(timeout=None if deadline == INF else deadline - monotonic(),
-                    metadata=self._attempt_metadata(n, previous), credentials=self._credentials,
-                    wait_for_ready=self._grpc_wfr, compression=self._compression)
+        return None if deadline == INF else deadline - monotonic()
 
     def _outcome(self, call: Any, previous: int, response: Any, delivered: bool = False) -> None:
         """The call ends with ended attempt `call`'s result (None: it succeeded, and only its response is wanted).
@@ -170,8 +173,9 @@ class BlockingCall(_Attempts):
             elif internals.sync_direct():  # no call object wanted: the exchange on grpcio's Cython call
                 request = self._request
                 assert request is not None  # (not typing.cast(): compiled, that is still a Python function's call)
-                started, receiving = internals.sync_unary_start(inner, request,
-                                                                **self._kwargs(n, address, previous))
+                started, receiving = internals.sync_unary_start(
+                    inner, request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
+                    self._grpc_wfr, self._compression)
                 self._method.attempt_started(address)
                 ended = internals.sync_unary_end(started, receiving)
                 state = ended._state

@@ -133,8 +133,9 @@ class HedgedBlockingCall(_Attempts):
             obs.flush()
         self._out = True  # (before it is made: its end may be told on grpcio's thread before this one goes on)
         try:
-            self._attempt = method.inner(address)(self._request, on_headers=self._on_headers, on_end=self._on_end,
-                                                  pollable=True, **self._kwargs(n, address, previous))
+            self._attempt = method.inner(address).polled(
+                self._request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
+                self._grpc_wfr, self._compression, self._on_headers, self._on_end)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._refused(error)
             return False
