@@ -23,7 +23,8 @@ import overhead
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("knob", help="module:NAME=value,value,... (values are converted to the setting's type)")
+    parser.add_argument("knob", help="module:NAME=value,value,... (each value read as the setting's type: a number, "
+                                     "a string, or true / false)")
     parser.add_argument("--point", default="hedged_unary", help="one of bench/overhead.py's sync points")
     parser.add_argument("--calls", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=10)
@@ -33,7 +34,8 @@ def main(argv=None) -> dict:
     name, values = assignment.split("=", 1)
     module = importlib.import_module(where)
     kind = type(getattr(module, name))
-    settings = [kind(value) for value in values.split(",")]
+    settings = [value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value)
+                for value in values.split(",")]
     original = getattr(module, name)
 
     process, port = overhead.start_server()

@@ -72,6 +72,8 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
 cdef class SyncHeadersFirst:
     cdef public object _multicallable
     cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end)
+    cdef _attempt(self, request, deadline, metadata, credentials, wait_for_ready, compression, on_headers, on_end,
+                  bint polled)
 
 
 cdef class SyncHeadersFirstAttempt(_UnaryAttempt):

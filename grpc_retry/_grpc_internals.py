@@ -772,20 +772,24 @@ class SyncHeadersFirst:
         waiting caller. Each caller taking its own events counted fewer instructions (callgrind, 16 in flight) and
         the same time within the spread."""
         deadline = None if timeout is None else time.time() + timeout
-        return SyncHeadersFirstAttempt(
-            self._multicallable, request, _determined(deadline) if pollable else deadline,
-            metadata, _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
-            None if credentials is None else credentials._credentials, on_headers, on_end, pollable)
+        return self._attempt(request, _determined(deadline) if pollable else deadline, metadata, credentials,
+                             wait_for_ready, compression, on_headers, on_end, pollable)
 
     def polled(self, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
                wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
                on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
         """The attempt as called with `pollable` (a blocking hedged call's first), its arguments in order: no
         keywords to gather and parse on each call's path."""
+        return self._attempt(request, _determined(None if timeout is None else time.time() + timeout), metadata,
+                             credentials, wait_for_ready, compression, on_headers, on_end, True)
+
+    def _attempt(self, request: bytes, deadline: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
+                 on_end: Callable[[Any], None], polled: bool) -> SyncHeadersFirstAttempt:
         return SyncHeadersFirstAttempt(
-            self._multicallable, request, _determined(None if timeout is None else time.time() + timeout),
-            metadata, _augmented(metadata, compression), _WAIT_FOR_READY[wait_for_ready],
-            None if credentials is None else credentials._credentials, on_headers, on_end, True)
+            self._multicallable, request, deadline, metadata, _augmented(metadata, compression),
+            _WAIT_FOR_READY[wait_for_ready], None if credentials is None else credentials._credentials, on_headers,
+            on_end, polled)
 
 
 class _AttemptState:
@@ -926,14 +930,15 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
         # The request's batch first: grpcio starts them one after the other, and the request's is the one that
         # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
         # may come before this returns: only cancel() uses `_call`.)
-        batches = (sending + (headers,), (message, status))
+        request_batch, response_batch = sending + (headers,), (message, status)
         if polled:
             self._call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
-                                                    credentials, tuple((ops, None) for ops in batches), m._context,
-                                                    m._registered_call_handle)
+                                                    credentials, ((request_batch, None), (response_batch, None)),
+                                                    m._context, m._registered_call_handle)
         else:
             self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata, credentials,
-                                         batches, self._on_event, m._context, m._registered_call_handle)
+                                         (request_batch, response_batch), self._on_event, m._context,
+                                         m._registered_call_handle)
 
     def poll(self) -> None:
         """(A polled attempt; one thread, which may block.) Until it has ended, take its events off its call's own
