@@ -75,8 +75,9 @@ COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
 _ATTEMPT_NAMES = tuple(f"attempt {n}" for n in range(1, 9))  # attempt spans' names
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
-# Span events' and attempt spans' attributes, made once for each set of values (most calls' are alike) and shared,
-# never changed (OpenTelemetry's SDK copies what it is given): (event, attempt, value) -> attributes
+# Span events' attributes, made once for each set of values (most calls' are alike) and shared, never changed
+# (OpenTelemetry's SDK copies what it is given): (event, attempt, value) -> attributes. (Attempt spans' are the
+# channel's: Telemetry._attempts.)
 _EVENT_ATTRIBUTES: Dict[Tuple[str, int, Any], Dict[str, Any]] = {}
 # A method's span name, span attributes, metric labels, and its duration's labels per status code
 _MethodLabels = Tuple[str, Dict[str, str], Dict[str, str], Dict[int, Dict[str, str]]]
