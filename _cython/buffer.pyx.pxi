@@ -2,20 +2,17 @@
 # replay together. Calls reserve before buffering and release when they commit or end.
 
 cdef class BufferPool:
-    cdef readonly long capacity
-    cdef readonly long used
-
     def __init__(self, long capacity):
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self.capacity = capacity
         self.used = 0
 
-    cdef inline bint reserve(self, long nbytes):
+    cdef bint reserve(self, long nbytes):
         if self.used + nbytes > self.capacity:
             return False
         self.used += nbytes
         return True
 
-    cdef inline void release(self, long nbytes):
+    cdef void release(self, long nbytes):
         self.used -= nbytes

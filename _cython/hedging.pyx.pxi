@@ -27,9 +27,7 @@
 
 from libc.math cimport exp, log
 
-cdef enum:
-    N_BUCKETS = 96
-    GAP = 3                    # buckets (a factor of ~1.6) without an answer: a gap
+# N_BUCKETS and GAP: grpc_retry/_core.pxd
 cdef double LOW = 50e-6        # the first bucket's lower edge, seconds; below it counts as the first bucket
 cdef double HIGH = 100.0       # the last bucket's upper edge; above it counts as the last
 cdef double GROWTH = exp(log(HIGH / LOW) / N_BUCKETS)   # each bucket's upper edge over its lower (~1.163)
@@ -45,18 +43,6 @@ DECAY, KEEP, MIN_SAMPLES, MAX_SLACK, OUTLIERS, WINDOW_CALLS = \
 
 
 cdef class HedgingControl:
-    cdef readonly double quantile        # 0: the delay is the config's
-    cdef readonly double floor           # the config's hedgingDelay
-    cdef readonly double max_extra_load  # < 0: no budget
-    cdef readonly long budget_stopped    # hedges due but not sent for budget
-    cdef double _answered[N_BUCKETS]     # attempts that answered, by latency
-    cdef double _censored[N_BUCKETS]     # attempts cancelled for another's answer, by age
-    cdef double _total
-    cdef double _weight                  # a sample recorded now weighs this (older ones weigh what they did)
-    cdef double _last                    # when the last sample came
-    cdef double _tokens
-    cdef double _cap
-
     def __init__(self, double floor, double quantile=0.0, double max_extra_load=-1.0):
         if not (0.0 <= quantile < 1.0):
             raise ValueError(f"quantile must be in [0, 1), got {quantile}")

@@ -114,71 +114,16 @@ cpdef int transparent_kind(int code, details):
 
 
 cdef class _Attempt:
-    cdef int previous       # its grpc-previous-rpc-attempts
-    cdef long generation    # the picker's generation when it started
-    cdef int address        # its slot
-    cdef long born          # ... and which address the slot held (picker.born)
-    cdef double started     # when
-    cdef long sent          # messages it has written
-    cdef bint live
-    cdef bint writing       # a WRITE is out, not yet answered by wrote()
-    cdef bint closing       # HALF_CLOSE is out
+    """One attempt of a call, as the machine keeps it."""
 
 
 cdef class _Redo:
     """A transparent retry waiting for an address: it stands in for an attempt already counted."""
-    cdef int previous
-    cdef long since         # NOT_SENT: reuse a used address only after a change past this generation (-1: any)
 
 
 cdef class CallMachine:
     """One logical call. See the theory of operation at the top of this file."""
 
-    # settings
-    cdef readonly CallPolicy policy
-    cdef RetryThrottle throttle
-    cdef BufferPool pool
-    cdef Picker picker
-    cdef object rng
-    cdef long per_rpc_limit
-    cdef readonly double deadline
-    cdef readonly int max_attempts
-    cdef readonly bint hedging
-    cdef readonly bint transparent_enabled
-    cdef bint wait_for_ready
-    cdef bint unary_request
-    # state
-    cdef readonly int state
-    cdef list _attempts         # by serial number
-    cdef list _redos
-    cdef readonly int live
-    cdef readonly int counted   # attempts that count toward maxAttempts
-    cdef readonly int winner    # the committed attempt (-1: none, or the next to start)
-    cdef readonly bint committed
-    cdef int _last              # the attempt whose status arrived last (-1: none)
-    cdef readonly double next_at   # when the next counted attempt is due (inf: none planned)
-    cdef readonly double timer_at  # the armed timer (inf: none)
-    cdef readonly bint waiting     # a WAIT is out
-    cdef bint _stopped          # no further counted attempts (pushback "stop", throttled)
-    cdef int _stop_reason
-    cdef int _backoff_step
-    cdef bint _refused_retried
-    cdef object _used           # bit mask of the slots (subchannels) this call's attempts went to
-    cdef long _births           # the picker's births when _used was last brought up to date
-    # the replay buffer: messages[k - base] is message k; `buffered` bytes are charged to the budgets
-    cdef list _messages
-    cdef readonly long base
-    cdef readonly long total    # messages the application sent
-    cdef readonly long buffered
-    cdef readonly bint half_closed
-    # the report
-    cdef readonly int transparent_retries
-    cdef readonly double idle_time   # seconds with no attempt in flight
-    cdef double _idle_since
-    cdef readonly int reason
-    cdef bint _overflowed       # committed because the replay buffer overflowed
-    cdef double _last_start
-    cdef public list notes      # decisions, for telemetry (None: not kept)
 
     def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, Picker picker,
                  long per_rpc_limit, double deadline, rng, bint enabled=True, bint wait_for_ready=False,
@@ -511,7 +456,7 @@ cdef class CallMachine:
         self.live -= 1
         out.append((A_CANCEL, i))
 
-    cdef inline void _release(self):
+    cdef void _release(self):
         if self.buffered:
             self.pool.release(self.buffered)
             self.buffered = 0
@@ -669,7 +614,7 @@ cdef class CallMachine:
         else:
             self.state = BACKOFF
 
-    cdef inline int _pick(self) except? -2:
+    cdef int _pick(self) except? -2:
         # A slot given to another address since this call used it is no longer "used" (picker.pyx.pxi).
         if self._births != self.picker.births:
             if self._used:
@@ -721,7 +666,7 @@ cdef class CallMachine:
                 a.closing = True
                 out.append((A_HALF_CLOSE, i))
 
-    cdef inline void _write_to(self, int n, _Attempt a, list out) except *:
+    cdef void _write_to(self, int n, _Attempt a, list out) except *:
         if a.sent < self.total:
             a.writing = True
             out.append((A_WRITE, n, a.sent, self._messages[a.sent - self.base]))

@@ -30,19 +30,6 @@ ROUND_ROBIN = 1
 
 
 cdef class Picker:
-    cdef readonly int policy
-    cdef list _states
-    cdef int _next          # round_robin: where the next rotation starts
-    cdef public long generation  # bumped by the subchannels on every change
-    cdef public bint resolved    # the target resolved (to addresses, or to an error)
-    cdef list _born              # per slot: the value of `births` when it last took an address
-    cdef readonly long births    # bumped each time a slot is given (again) to an address
-    cdef list _ejected           # per slot: ejected by outlier detection
-    cdef readonly int ejected_count
-    cdef public bint counting    # outlier detection wants every attempt's result
-    cdef list _ok                # per slot: attempts that succeeded since take_counts()
-    cdef list _failed            # ... and that failed
-
     def __init__(self, int policy, int size):
         if policy not in (PICK_FIRST, ROUND_ROBIN):
             raise ValueError(f"unknown picker policy {policy}")
@@ -101,7 +88,7 @@ cdef class Picker:
     def is_ejected(self, int index):
         return self._ejected[index]
 
-    cdef inline void record(self, int index, long born, bint ok):
+    cdef void record(self, int index, long born, bint ok):
         """An attempt on slot `index` (when it held the address born `born`) ended: ok, or failed."""
         if self._born[index] == born:
             if ok:
@@ -179,7 +166,7 @@ cdef class Picker:
             return self._picked(ejected, n)
         return -1
 
-    cdef inline int _picked(self, int i, int n):
+    cdef int _picked(self, int i, int n):
         if self.policy == ROUND_ROBIN:
             self._next = (i + 1) % n
         return i

@@ -17,18 +17,6 @@ cdef tuple STATS_BUCKETS = (1, 2, 3, 4, 5, 10, 100, 1000)
 
 
 cdef class RetryStats:
-    cdef readonly long retries          # A6: attempts after a call's first counted one (retries and hedges)
-    cdef readonly long retries_failed
-    cdef long _buckets[8]
-    # per call, counted when it ends
-    cdef readonly long calls
-    cdef readonly long attempts         # grpcio calls made, transparent retries included
-    cdef readonly long transparent_retries
-    cdef readonly long committed_by_overflow
-    cdef readonly long stopped_by_throttling
-    cdef readonly long stopped_by_pushback
-    cdef readonly long stopped_by_attempt_limit
-
     cdef void record_call(self, long attempts, long transparent, bint overflowed, int reason):
         self.calls += 1
         self.attempts += attempts
@@ -65,16 +53,6 @@ cdef class CallPolicy:
     """Retry or hedging settings of one method. max_attempts 1 means: no retries (a plain call).
     A hedging policy has hedging_delay >= 0, and its nonFatalStatusCodes in retryable_mask."""
 
-    cdef readonly int max_attempts
-    cdef readonly double initial_backoff
-    cdef readonly double max_backoff
-    cdef readonly double backoff_multiplier
-    cdef readonly unsigned int retryable_mask
-    cdef readonly double timeout
-    cdef readonly object wait_for_ready
-    cdef readonly double hedging_delay   # seconds; -1: a retry policy (or none)
-    cdef readonly HedgingControl hedge   # adaptive delay and extra-load budget (None: A6's fixed delay)
-    cdef readonly RetryStats stats
 
     def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
                  double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),

@@ -3,10 +3,6 @@
 # Every method runs with the GIL held and calls no Python code, so it is atomic for threaded drivers too.
 
 cdef class RetryThrottle:
-    cdef readonly long max_milli_tokens
-    cdef readonly long milli_token_ratio
-    cdef readonly long milli_tokens
-
     def __init__(self, long max_milli_tokens, long milli_token_ratio):
         if max_milli_tokens <= 0 or milli_token_ratio <= 0:
             raise ValueError("max_milli_tokens and milli_token_ratio must be positive")

@@ -2,6 +2,7 @@
 # cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name. A subclass's def of one
 # overrides it there (Cython makes it cpdef), and a Python class's override still runs.
 
+from grpc_retry._core cimport CallMachine
 from grpc_retry._method cimport Method
 from grpc_retry._telemetry cimport CallTelemetry
 
@@ -13,7 +14,8 @@ cpdef grpc_details(details, answered)
 
 cdef class CallDriver:
     cdef public Method _method
-    cdef public object _machine, _request, _metadata, _credentials, _compression, _grpc_wfr
+    cdef public CallMachine _machine
+    cdef public object _request, _metadata, _credentials, _compression, _grpc_wfr
     cdef public CallTelemetry _obs
     cpdef _attempt_metadata(self, n, previous)
     cpdef _act(self, actions)

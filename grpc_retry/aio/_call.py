@@ -192,9 +192,9 @@ class _Call(CallDriver):
             n = self._silent_n
             if n >= 0 and now - self._silent >= HEADERS_GRACE and n in self._attempts and self._winner != n:
                 self._silent_n = -1  # its silence lasted: it won before the hedge was due
-                self._decide(self._machine.headers, n, now)
+                self._decide("headers", n, now)
             else:
-                self._decide(self._machine.timer, now)
+                self._decide("timer", now)
 
     def _wait(self, generation: int) -> None:
         loop = self._loop
@@ -209,13 +209,14 @@ class _Call(CallDriver):
     def _on_change(self, listener: Any) -> None:
         if self._listener is listener and not self._done:
             self._listener = None
-            self._decide(self._machine.subchannels_changed, monotonic())
+            self._decide("subchannels_changed", monotonic())
 
-    def _decide(self, event: Callable[..., List[Any]], *args: Any) -> None:
-        """Feed the machine an event that comes on a loop callback or a task of the call's, and act on it. If
-        the machine fails (a bug), the call ends INTERNAL: asyncio would only log the error and leave it."""
+    def _decide(self, event: str, *args: Any) -> None:
+        """Feed the machine an event (the name of its method) that comes on a loop callback or a task of the
+        call's, and act on it. If the machine fails (a bug), the call ends INTERNAL: asyncio would only log the
+        error and leave it. (By name: a method of the typed machine is a C function, not an object to pass.)"""
         try:
-            actions = event(*args)
+            actions = getattr(self._machine, event)(*args)
         except Exception:
             actions = self._broken()
         self._act(actions)
@@ -289,7 +290,7 @@ class _Call(CallDriver):
         if attempt.done() or self._attempts.get(n) is not attempt or self._winner == n:
             return  # ended, cancelled, or already the call's (overflow): the application reads it
         if metadata:
-            self._decide(self._machine.headers, n, monotonic())
+            self._decide("headers", n, monotonic())
             return
         # Empty headers: real ones, or a Trailers-Only response whose status is a loop turn behind. Read ahead
         # (readers of n wait meanwhile): a message commits, the end does not, silence after the headers does.
@@ -305,13 +306,13 @@ class _Call(CallDriver):
             self._wake_readers()
         if message is not _EOF and self._attempts.get(n) is attempt:
             if self._winner != n:
-                self._decide(self._machine.message, n, monotonic())
+                self._decide("message", n, monotonic())
             if self._winner == n:
                 self._peek = message
 
     def _silence(self, n: int, attempt: Any) -> None:
         if self._attempts.get(n) is attempt and self._winner != n and not self._done:
-            self._decide(self._machine.headers, n, monotonic())
+            self._decide("headers", n, monotonic())
 
     async def _watch(self, n: int, attempt: Any) -> None:
         """A hedge of a response stream: report its first answer, which commits the call, then its end."""
@@ -329,7 +330,7 @@ class _Call(CallDriver):
         if self._attempts.get(n) is not attempt or self._winner == n:
             return
         if aio_initial_metadata(attempt):
-            self._decide(self._machine.headers, n, monotonic())
+            self._decide("headers", n, monotonic())
         elif len(self._attempts) == 1:  # out alone: its silence is judged later (see _silent)
             self._silent_n = n
             self._silent = monotonic()
@@ -356,7 +357,7 @@ class _Call(CallDriver):
             self._silent_n = -1
             now = monotonic()
             if response is _EOF and now - self._silent >= HEADERS_GRACE and self._winner != n:
-                self._decide(self._machine.headers, n, now)  # its silence lasted: it won before it ended
+                self._decide("headers", n, now)  # its silence lasted: it won before it ended
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, response is not _EOF)
@@ -375,7 +376,7 @@ class _Call(CallDriver):
         if self._done:
             return False
         self._local_details = details
-        self._decide(self._machine.cancel, code, monotonic())
+        self._decide("cancel", code, monotonic())
         return True
 
     def _finish(self, code: grpc.StatusCode, details: Optional[str], initial: Tuple[Any, ...],
@@ -602,7 +603,7 @@ class _StreamResponse(_Call):
                 message = await _read(attempt) if peek is None else peek
                 if message is not _EOF:
                     if self._winner != n and self._attempts.get(n) is attempt:
-                        self._decide(self._machine.message, n, monotonic())
+                        self._decide("message", n, monotonic())
                     break
                 if self._attempts.get(n) is attempt:
                     await self._next_change()  # it ended: its status is on its way to the machine
@@ -689,7 +690,7 @@ class _StreamRequest(_Call):
 
     def _wrote(self, n: int, attempt: Any) -> None:
         if self._attempts.get(n) is attempt:
-            self._decide(self._machine.wrote, n, monotonic())
+            self._decide("wrote", n, monotonic())
 
     def _half_close(self, n: int) -> None:
         self._attempts[n].half_close()

@@ -15,6 +15,9 @@ import pytest
 from support.backend import SERVER_STREAM, UNARY, Backend, Step, fail, pushback
 from support.clients import ECHO_SERVICE, Client
 
+import grpc_retry._method
+from grpc_retry._core import CallMachine
+
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 
@@ -208,23 +211,35 @@ def test_a_message_read_commits_before_its_attempts_status_is_heard(client, back
 # -- a call ends even when its machine fails ----------------------------------------------------------------------
 
 
-class _Failing:
-    """A call's machine whose given events raise (a bug), otherwise itself."""
+class _Failing(CallMachine):
+    """A call's machine whose events named in `failing` raise (a bug), once set; otherwise the machine. (The
+    drivers type their machine: a stand-in must be one, its methods overridden as Python's are.)"""
 
-    def __init__(self, machine, *events: str) -> None:
-        self._machine = machine
-        self._events = events
+    failing: tuple = ()
 
-    def __getattr__(self, name):
-        if name in self._events:
-            def fail(*args):
-                raise RuntimeError("a bug in the call machine")
-            return fail
-        return getattr(self._machine, name)
+    def _check(self, event: str) -> None:
+        if event in self.failing:
+            raise RuntimeError("a bug in the call machine")
+
+    def timer(self, now):
+        self._check("timer")
+        return super().timer(now)
+
+    def headers(self, n, now):
+        self._check("headers")
+        return super().headers(n, now)
+
+    def message(self, n, now):
+        self._check("message")
+        return super().message(n, now)
+
+    def status(self, n, code, details, trailing_metadata, now, got_headers=False):
+        self._check("status")
+        return super().status(n, code, details, trailing_metadata, now, got_headers)
 
 
 @pytest.mark.parametrize("event", ["backoff timer", "hedge's answer"])
-def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends, caplog, event):
+def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends, caplog, event, monkeypatch):
     """Events that come on the timer thread or grpcio's (sync), or as loop callbacks (asyncio), where an exception
     would only be logged: the call ends INTERNAL instead of never, and its channel goes on serving."""
     if event == "backoff timer":
@@ -235,9 +250,10 @@ def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends
         answer = threading.Event()
         backends[0].script(UNARY, Step(gate=answer))
         config, failing = hedging_config(delay="5s"), ("headers", "message", "status")
+    monkeypatch.setattr(grpc_retry._method, "CallMachine", _Failing)  # the calls' machines
     ch = client.channel(backends[0].target, [("grpc.service_config", config)])
     call = start_unawaited(client, ch, "unary", UNARY, b"x", timeout=10)
-    call._machine = _Failing(call._machine, *failing)  # before the event
+    call._machine.failing = failing  # before the event
     if event != "backoff timer":
         answer.set()
     assert finish(client, ch, "unary", call) == grpc.StatusCode.INTERNAL
