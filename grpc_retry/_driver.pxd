@@ -17,6 +17,8 @@ cdef class CallDriver:
     cdef public CallMachine _machine
     cdef public object _request, _metadata, _credentials, _compression, _grpc_wfr
     cdef public CallTelemetry _obs
+    cdef _init_driver(self, method, machine, request, metadata, credentials, wait_for_ready, compression,
+                      stream_request)
     cpdef _attempt_metadata(self, n, previous)
     cpdef _act(self, actions)
     cpdef _perform(self, action)

@@ -53,12 +53,17 @@ cdef class _AttemptState:
     cdef public object code, details, initial_metadata, trailing_metadata, debug_error_string, response
 
 
+@cython.locals(state=_AttemptState)
+cdef _read_status(state, status)
+
+
 cdef class _SyncAttempt:
     cdef public _AttemptState _state
 
 
 cdef class _UnaryAttempt(_SyncAttempt):
     cdef public object _call, _ops, _lock, on_headers, on_end
+    cdef _init_unary(self, receiving, on_end)
     @cython.locals(state=_AttemptState)
     cpdef _end(self, success)
     @cython.locals(state=_AttemptState)
@@ -79,5 +84,6 @@ cdef class SyncHeadersFirst:
 cdef class SyncHeadersFirstAttempt(_UnaryAttempt):
     cdef public object _end_waits
     cdef public bint polled
+    cpdef poll(self)
     @cython.locals(state=_AttemptState)
     cpdef _on_event(self, event)

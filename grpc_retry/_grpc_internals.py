@@ -86,6 +86,7 @@ _WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_ex
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
 _CORE_ERROR = "Internal error from Core"
+_OK = grpc.StatusCode.OK
 
 def _unary_ops(request: bytes, metadata: Any, flags: int) -> Tuple[Tuple[Any, ...], Tuple[Any, Any, Any]]:
     """A unary-unary exchange's operations: (what sends the request and half-closes, (what receives the headers,
@@ -619,7 +620,7 @@ def sync_unary_end(call: Any, receiving: Tuple[Any, Any, Any]) -> SyncEnded:
     state = _AttemptState()
     state.initial_metadata = headers.initial_metadata()
     _read_status(state, status)
-    if state.code is grpc.StatusCode.OK:
+    if state.code is _OK:
         state.response = message.message()
     return SyncEnded(state)
 
@@ -850,7 +851,11 @@ class _UnaryAttempt(_SyncAttempt):
     _call: Any  # grpcio's call, made by the subclass once the rest is in place (its events may come at once)
 
     def __init__(self, receiving: Tuple[Any, ...], on_end: Callable[[Any], None]) -> None:
-        super().__init__()
+        self._init_unary(receiving, on_end)
+
+    def _init_unary(self, receiving: Tuple[Any, ...], on_end: Callable[[Any], None]) -> None:
+        """The constructor's work, a C call from the subclasses' (super().__init__() would be a Python call)."""
+        self._state = _AttemptState()
         self._lock = threading.Lock()
         self._ops: Tuple[Any, ...] = receiving  # () once ended
         self.on_headers: Optional[Callable[[Any], None]] = None
@@ -858,19 +863,23 @@ class _UnaryAttempt(_SyncAttempt):
 
     def _end(self, success: bool) -> None:
         state = self._state
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not `with`: compiled, each `with` binds two of the lock's methods and makes a tuple)
+        try:
             if state.code is None:  # not cancelled meanwhile
                 headers, message, status = self._ops
                 if state.initial_metadata is None:
                     state.initial_metadata = headers.initial_metadata() if success else ()
                 if success:
                     _read_status(state, status)
-                    if state.code is grpc.StatusCode.OK:
+                    if state.code is _OK:
                         state.response = message.message()
                 else:
                     state.code, state.details = grpc.StatusCode.INTERNAL, _CORE_ERROR
             self._ops = ()
             on_end, self.on_headers, self.on_end = self.on_end, None, None
+        finally:
+            lock.release()
         if on_end is not None:
             _tell(on_end, self)
 
@@ -898,7 +907,7 @@ class SyncUnaryAttempt(_UnaryAttempt):
                  wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None]) -> None:
         sending, receiving = _unary_ops(request, _augmented(metadata, compression),
                                         _WAIT_FOR_READY[wait_for_ready])
-        super().__init__(receiving, on_end)
+        self._init_unary(receiving, on_end)
         self._call = m._managed_call(_PROPAGATE_DEFAULTS, m._method, None,
                                      None if timeout is None else time.time() + timeout, metadata,
                                      None if credentials is None else credentials._credentials,
@@ -922,7 +931,7 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
                  credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
                  polled: bool = False) -> None:
         sending, receiving = _unary_ops(request, augmented, flags)
-        super().__init__(receiving, on_end)
+        self._init_unary(receiving, on_end)
         self.polled = polled
         self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
         self.on_headers = on_headers
@@ -956,22 +965,29 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
     def _on_event(self, event: Any) -> bool:
         """grpcio's spin thread: a batch is done. True once both are (grpcio then stops counting the call)."""
         state = self._state
+        lock = self._lock
         if len(event.batch_operations) == 4:  # the request and the headers
-            with self._lock:
+            lock.acquire()
+            try:
                 told = state.code is None and bool(event.success)  # else cancelled, or failed: the end tells
                 if told:
                     state.initial_metadata = self._ops[0].initial_metadata()
                 end, self._end_waits = self._end_waits, False
+            finally:
+                lock.release()
             on_headers = self.on_headers
             if told and on_headers is not None and (state.initial_metadata or end is None):
                 _tell(on_headers, self)
             if end is not None:
                 self._end(end)
             return end is not None
-        with self._lock:
+        lock.acquire()
+        try:
             if self._end_waits is None:  # the headers' batch is yet to come: the end waits for it
                 self._end_waits = bool(event.success)
                 return False
+        finally:
+            lock.release()
         self._end(bool(event.success))
         return True
 

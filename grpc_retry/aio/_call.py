@@ -78,8 +78,8 @@ class _Call(CallDriver):
             raise grpc.aio.UsageError("Channel is closed.")  # as grpc.aio, at the call site
         if credentials is not None and not method.subchannels.secure:
             raise grpc.aio.UsageError("Call credentials are only valid on secure channels")
-        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                         stream_request)
+        self._init_driver(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                          stream_request)
         # grpc.aio's close before 1.83 finds the calls to cancel by scanning every task's frame for a `self` that is
         # a grpc.aio.Call, and raises on one with neither `_channel` nor `_cython_call`; a `_channel` that is no
         # grpc.aio channel's makes it pass ours by (we cancel our own).

@@ -6,11 +6,16 @@ from grpc_retry._driver cimport CallDriver, grpc_details
 
 cdef class _Attempts(CallDriver):
     cdef public object _error, _response, _final
+    cdef _init_attempts(self, method, machine, request, metadata, credentials, wait_for_ready, compression,
+                        stream_request)
     cdef _timeout(self)
+    cpdef _outcome(self, call, previous, response, delivered=*)
+    cpdef _local(self, code, details)
 
 
 cdef class BlockingCall(_Attempts):
     cdef public object _next, _timer_at, _generation, _ended, _last, _local_details, _with_call
+    cpdef run(self, with_call)
 
 
 cdef class _NonBlocking(_Attempts):

@@ -53,8 +53,15 @@ class _Attempts(CallDriver):
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
-        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                         stream_request)
+        self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                            stream_request)
+
+    def _init_attempts(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any,
+                       credentials: Any, wait_for_ready: Optional[bool], compression: Any,
+                       stream_request: bool) -> None:
+        """(See CallDriver._init_driver.)"""
+        self._init_driver(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                          stream_request)
         self._error: Optional[RpcError] = None
         self._response: Any = None
         self._final: Any = None   # with OK: the attempt whose result the application gets
@@ -109,8 +116,9 @@ class BlockingCall(_Attempts):
 
     __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details", "_with_call")
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> None:
+        self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
         self._next: Optional[Tuple[Any, ...]] = None
         self._timer_at = INF
         self._generation = -1
@@ -241,8 +249,8 @@ class _NonBlocking(_Attempts):
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
                  compression: Any, polled: bool = False, inline: Any = None) -> None:
         if inline is None:
-            super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                             request_iterator is not None)
+            self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                                request_iterator is not None)
         else:  # a call handed over by its inline driver (see adopting): what the attempts are started with
             self._same_call(inline)
         self._lock = threading.Lock()

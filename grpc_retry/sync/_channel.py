@@ -68,8 +68,8 @@ class _MultiCallable(Method):
         if request_iterator is None and not self._policy.hedging:
             # The hot path: attempts inline on the caller's thread, as grpcio's own blocking call.
             machine = self._machine(timeout, wait_for_ready, True)
-            return BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression,
-                                False).run(with_call)
+            blocking = BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression)
+            return blocking.run(with_call)
         if self.headers_first:  # a hedged unary call: its first attempt on this thread, while it is the only one
             machine = self._machine(timeout, wait_for_ready, True)
             return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,

@@ -3,17 +3,21 @@
 
 cimport cython
 
-from grpc_retry._grpc_internals cimport _AttemptState, sync_response
-from grpc_retry._timer cimport Timers
+from grpc_retry._grpc_internals cimport SyncHeadersFirst, SyncHeadersFirstAttempt, _AttemptState, sync_response
+from grpc_retry._timer cimport TimerHandle, Timers
 from grpc_retry.sync._call cimport _Attempts
 
 
 cdef class HedgedBlockingCall(_Attempts):
-    cdef public object _lock, _attempt, _out, _timer, _timer_at, _silent, _handed, _ending, _ended, _changed
+    cdef public object _lock, _out, _timer_at, _silent, _handed, _ending, _ended, _changed
+    cdef public SyncHeadersFirstAttempt _attempt
+    cdef public TimerHandle _timer
     cdef public object _local_details
+    cpdef run(self, with_call)
     cdef _run(self)
     cdef _wait_for_end(self)
     cdef _handed_over(self)
+    @cython.locals(first=SyncHeadersFirst)
     cdef bint _first(self, n, address, previous) except -1
     cdef _refused(self, error)
     cdef _apply(self, actions, attempt, bint alone)

@@ -44,7 +44,7 @@ class HedgedBlockingCall(_Attempts):
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> None:
-        super().__init__(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
+        self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
         self._lock = threading.Lock()
         self._attempt: Any = None           # attempt 0, once made
         self._out = False                   # ... and not yet ended
@@ -133,7 +133,8 @@ class HedgedBlockingCall(_Attempts):
             obs.flush()
         self._out = True  # (before it is made: its end may be told on grpcio's thread before this one goes on)
         try:
-            self._attempt = method.inner(address).polled(
+            first = method.inner(address)
+            self._attempt = first.polled(
                 self._request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
                 self._grpc_wfr, self._compression, self._on_headers, self._on_end)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
@@ -187,11 +188,15 @@ class HedgedBlockingCall(_Attempts):
                 self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)
 
     def _done(self) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not `with`, on the call's path: compiled, a `with` binds two of the lock's methods)
+        try:
             timer, self._timer = self._timer, None
             self._ended = True
             if self._changed is not None:
                 self._changed.notify_all()
+        finally:
+            lock.release()
         if timer is not None:
             timer.cancel()
 
@@ -201,7 +206,9 @@ class HedgedBlockingCall(_Attempts):
         """Attempt 0's headers (this thread polling it, or grpcio's spin thread): headers commit the call; empty
         ones may be a Trailers-Only response, so only silence after them does (looked at by the timer and the
         end: no timer of its own)."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             handed = self._handed
             if handed is None:
                 if self._ending:
@@ -211,6 +218,8 @@ class HedgedBlockingCall(_Attempts):
                     return
                 machine = self._machine
                 decided = self._decided(machine.headers(0, monotonic()) if machine.winner != 0 else [], True)
+        finally:
+            lock.release()
         if handed is not None:
             handed._headers_came(0, attempt)
         else:
@@ -219,7 +228,9 @@ class HedgedBlockingCall(_Attempts):
     def _on_end(self, attempt: Any) -> None:
         """Attempt 0 ended: its response (or silence after empty headers) commits, then its status goes to the
         machine."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             handed = self._handed
             if handed is None:
                 silent, self._out, self._silent = self._silent, False, -1.0
@@ -238,6 +249,8 @@ class HedgedBlockingCall(_Attempts):
                 decided = self._decided(actions + machine.status(0, 0 if code is _OK else code.value[0],
                                                                  state.details, state.trailing_metadata, now, False),
                                         False)
+        finally:
+            lock.release()
         if handed is not None:
             handed._headers_first_ended(0, attempt)
         else:

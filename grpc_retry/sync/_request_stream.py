@@ -42,7 +42,7 @@ class BlockingStreamCall(_Attempts):
 
     def __init__(self, method: Any, machine: CallMachine, request_iterator: Any, serializer: Any, metadata: Any,
                  credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> None:
-        super().__init__(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
+        self._init_attempts(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._lock = threading.Lock()
         self._changed = Waiters(self._lock)  # an attempt's request iterator waits for a message another pulls
         self._requests = _requests_of(request_iterator)

@@ -1,0 +1,16 @@
+# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. The multicallables are Python
+# classes over it (with grpc's abstract classes); the steps to a call's start are C calls, and the calls' own types
+# (cimported) are constructed and run without lookups by name.
+
+from grpc_retry._method cimport Method
+from grpc_retry.sync._call cimport BlockingCall
+from grpc_retry.sync._hedged cimport HedgedBlockingCall
+from grpc_retry.sync._request_stream cimport BlockingStreamCall
+
+
+cdef class _MultiCallable(Method):
+    cdef public object workers
+    cpdef _request_bytes(self, request)
+    cpdef _call(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+    cpdef _blocking(self, request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression,
+                    with_call)
