@@ -83,14 +83,10 @@ class CallDriver:
 
     __slots__ = ("_machine", "_method", "_request", "_metadata", "_credentials", "_compression", "_grpc_wfr", "_obs")
 
-    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
-        self._init_driver(method, machine, request, metadata, credentials, wait_for_ready, compression, stream_request)
-
     def _init_driver(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any,
                      credentials: Any, wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
-        """The constructor's work: the compiled drivers' constructors call it as a C function (super().__init__()
-        would be a Python call, its arguments packed and parsed again at each level)."""
+        """What every driver's constructor does first, as a C call (a chain of super().__init__() would be Python
+        calls, the arguments packed and parsed again at each level)."""
         self._machine = machine
         self._method = method  # the channel's method (_method.Method): inner(address), subchannels, ...
         self._request = request

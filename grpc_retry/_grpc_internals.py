@@ -850,11 +850,8 @@ class _UnaryAttempt(_SyncAttempt):
     __slots__ = ("_call", "_ops", "_lock", "on_headers", "on_end")
     _call: Any  # grpcio's call, made by the subclass once the rest is in place (its events may come at once)
 
-    def __init__(self, receiving: Tuple[Any, ...], on_end: Callable[[Any], None]) -> None:
-        self._init_unary(receiving, on_end)
-
     def _init_unary(self, receiving: Tuple[Any, ...], on_end: Callable[[Any], None]) -> None:
-        """The constructor's work, a C call from the subclasses' (super().__init__() would be a Python call)."""
+        """What its subclasses' constructors do first, as a C call (super().__init__() would be a Python call)."""
         self._state = _AttemptState()
         self._lock = threading.Lock()
         self._ops: Tuple[Any, ...] = receiving  # () once ended

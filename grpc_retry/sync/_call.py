@@ -51,15 +51,10 @@ class _Attempts(CallDriver):
 
     __slots__ = ("_error", "_response", "_final")
 
-    def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, stream_request: bool) -> None:
-        self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                            stream_request)
-
     def _init_attempts(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any,
                        credentials: Any, wait_for_ready: Optional[bool], compression: Any,
                        stream_request: bool) -> None:
-        """(See CallDriver._init_driver.)"""
+        """What its subclasses' constructors do first (see CallDriver._init_driver)."""
         self._init_driver(method, machine, request, metadata, credentials, wait_for_ready, compression,
                           stream_request)
         self._error: Optional[RpcError] = None
