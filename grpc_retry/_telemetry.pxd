@@ -4,6 +4,8 @@
 
 cimport cython
 
+from grpc_retry._core cimport CallMachine
+
 cdef dict _LOG_CACHE  # (its get() then a C call)
 cdef dict _EVENT_ATTRIBUTES
 cdef dict _attributes(event, n, name, value)
@@ -21,7 +23,8 @@ cdef class Telemetry:
 
 cdef class CallTelemetry:
     cdef public Telemetry _channel
-    cdef public object _method, _labels, _machine, _addresses, _tracing, _id, _started, _span, _context
+    cdef public CallMachine _machine  # (its notes taken and its counts read as C calls and struct fields)
+    cdef public object _method, _labels, _addresses, _tracing, _id, _started, _span, _context
     cdef public object _parent, _baggage, _ended
     cdef public dict _attempt_spans, _where, _codes
     @cython.locals(api=Telemetry)
@@ -34,7 +37,7 @@ cdef class CallTelemetry:
     cdef _status(self, note, decision, tracing)
     cdef _decision(self, note, tracing)
     cdef _commit(self, note, tracing)
-    @cython.locals(ends=dict)
+    @cython.locals(ends=dict, machine=CallMachine)
     cdef _end(self, note, tracing)
     cdef _end_attempt_span(self, n, name, code)
     cdef _event(self, name, attributes)
