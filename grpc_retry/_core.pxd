@@ -198,3 +198,6 @@ cdef class CallMachine:
     cdef void _write_more(self, list out) except *
     cdef void _write_to(self, int n, _Attempt a, list out) except *
     cdef void _end(self, list out, int kind, int value, int reason, double now) except *
+
+
+cpdef str traceparent(object trace_id, object span_id, object flags)  # (a C call from the telemetry)

@@ -4,7 +4,7 @@
 
 cimport cython
 
-from grpc_retry._core cimport CallMachine
+from grpc_retry._core cimport CallMachine, traceparent
 
 cdef dict _LOG_CACHE  # (its get() then a C call)
 cdef dict _EVENT_ATTRIBUTES
@@ -13,8 +13,8 @@ cpdef _debug_logged()
 
 cdef class Telemetry:
     cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
-    cdef public object _context_api, _client, _textmap, _span_context, _span_key, _no_state
-    cdef public dict _methods, _ends, _attempts
+    cdef public object _context_api, _current, _client, _textmap, _span_context, _span_key, _no_state
+    cdef public dict _methods, _ends, _attempts, _hosts
     cpdef with_span(self, span, context)
     cdef bint _w3c_only(self) except -1
     cpdef tuple method(self, method)

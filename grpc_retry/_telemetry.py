@@ -12,6 +12,7 @@ context (W3C `traceparent`, through OpenTelemetry's propagator) in its metadata.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import itertools
 import logging
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 import weakref
+from time import perf_counter
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import grpc
@@ -227,8 +229,8 @@ class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
-                 "_baggage", "_context_api", "_client", "_textmap", "_span_context", "_span_key", "_no_state",
-                 "_methods", "_ends", "_attempts")
+                 "_baggage", "_context_api", "_current", "_client", "_textmap", "_span_context", "_span_key",
+                 "_no_state", "_methods", "_ends", "_attempts", "_hosts")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -241,6 +243,7 @@ class Telemetry:
         self._propagate: Any = None
         self._baggage: Any = None
         self._context_api: Any = None
+        self._current: Any = None  # () -> the caller's OpenTelemetry context (context.get_current, or what it reads)
         self._client: Any = None  # SpanKind.CLIENT (an enum member: read once)
         self._textmap: Tuple[Any, bool] = (None, False)  # the propagator last seen, and whether it is the default
         self._span_context: Any = None  # OpenTelemetry's SpanContext, when its fields are a tuple's, in order
@@ -253,6 +256,7 @@ class Telemetry:
         self._ends: Dict[Tuple[int, ...], Dict[str, Any]] = {}
         # (attempt, its type, previous attempts, backend) -> an attempt span's attributes (shared, as _ends')
         self._attempts: Dict[Tuple[int, int, int, str], Dict[str, Any]] = {}
+        self._hosts: Dict[str, str] = {}  # a subchannel's address ("ipv4:host:port") -> its host:port
         try:
             import opentelemetry.metrics as metrics
             import opentelemetry.trace as trace
@@ -271,6 +275,7 @@ class Telemetry:
             from opentelemetry import baggage, context, propagate
 
             self._trace_api, self._propagate, self._baggage, self._context_api = trace, propagate, baggage, context
+            self._current = _current_context(context)
             self._client = trace.SpanKind.CLIENT
             self._span_context = _tuple_span_context(trace)
             self._span_key = _span_key(trace, context)
@@ -282,7 +287,7 @@ class Telemetry:
         if known is None:
             return self._trace_api.set_span_in_context(span, context)
         cls, key = known
-        values = dict(context)
+        values = dict(context) if context else {}  # (most callers' context is empty)
         values[key] = span
         return cls(values)
 
@@ -356,6 +361,28 @@ def _span_key(trace: Any, context: Any) -> Any:
     return cls, key
 
 
+def _current_context(context: Any) -> Any:
+    """What returns the current OpenTelemetry context: the get() of the context variable OpenTelemetry's default
+    runtime context keeps it in, as it has always done (a C call, where get_current() is three Python calls), when
+    that is the runtime context in use and reads back what is attached; else context.get_current."""
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    variable = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ != "ContextVarsRuntimeContext" or not isinstance(variable, contextvars.ContextVar):
+        return context.get_current
+    try:
+        probe = context.set_value(context.create_key("grpc_retry.probe"), True)
+        token = context.attach(probe)
+        try:
+            seen = variable.get()
+        finally:
+            context.detach(token)
+        if seen is not probe or variable.get() is not context.get_current():
+            return context.get_current
+    except Exception:  # (a runtime context of its own making: get_current is called)
+        return context.get_current
+    return variable.get
+
+
 def _tuple_span_context(trace: Any) -> Any:
     """OpenTelemetry's SpanContext class when it is a tuple of (trace_id, span_id, is_remote, trace_flags,
     trace_state, is_valid), as it has always been: a span's context is then read by unpacking it, not through six
@@ -388,7 +415,7 @@ class CallTelemetry:
         self._addresses = addresses   # the subchannels' list: index -> "host:port", grows, never reorders
         self._tracing = tracing
         self._id = next(_call_ids)
-        self._started = time.perf_counter()
+        self._started = perf_counter()
         self._where: Optional[Dict[int, str]] = {} if tracing else None  # attempt -> its backend, for the log
         self._codes: Dict[int, int] = {}   # attempt -> its status code
         self._ended = False
@@ -404,7 +431,7 @@ class CallTelemetry:
         """The call's span, a child of the caller's context."""
         api = self._channel
         name, attributes, _, _ = self._labels
-        self._context = caller = api._context_api.get_current()
+        self._context = caller = api._current()
         self._span = span = api.tracer.start_span(name, context=caller, kind=api._client, attributes=attributes)
         self._parent = api.with_span(span, caller)
         self._baggage = bool(caller) and bool(api._baggage.get_all(caller))  # (an empty context has none)
@@ -466,13 +493,17 @@ class CallTelemetry:
 
     def _start(self, note: Tuple[Any, ...], tracing: bool) -> None:
         _, n, address, previous, why, after = note
+        api = self._channel
         where = self._addresses[address] if 0 <= address < len(self._addresses) else "?"
-        if where.startswith(("ipv4:", "ipv6:")):
-            where = where[5:]
+        short = api._hosts.get(where)  # (the same str each time: its hash kept)
+        if short is None:
+            short = where[5:] if where.startswith(("ipv4:", "ipv6:")) else where
+            if len(api._hosts) < 4096:
+                api._hosts[where] = short
+        where = short
         if self._where is not None:
             self._where[n] = where
         if self._span is not None:  # each attempt's span, a child of the call's
-            api = self._channel
             key = (n, why, previous, where)
             attributes = api._attempts.get(key)
             if attributes is None:
@@ -548,7 +579,7 @@ class CallTelemetry:
         if code < 0:  # delivered: attempt n's status
             code = self._codes.get(n, 0)
         name = _CODE_NAMES.get(code) or str(code)
-        duration = time.perf_counter() - self._started
+        duration = perf_counter() - self._started
         retries, hedges = machine.retries, machine.hedges
         transparent = machine.transparent_retries
         why = REASONS[reason]

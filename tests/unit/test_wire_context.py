@@ -183,3 +183,40 @@ def test_the_attempts_parent_is_what_set_span_in_context_makes() -> None:
     call._channel._span_key = None
     made = call._channel.with_span(call._span, call._context)
     assert made == expected and type(made) is type(expected)
+
+
+def test_the_callers_context_is_read_as_get_current_reads_it() -> None:
+    """grpc_retry reads the caller's context from the context variable OpenTelemetry's runtime context keeps it
+    in (probed when the channel is made), or through get_current when the runtime context is another: the same
+    context either way, on whatever thread the call starts."""
+    from grpc_retry._telemetry import _current_context
+
+    telemetry = Telemetry("127.0.0.1:1", None, None, TracerProvider())
+    assert telemetry._current is not context.get_current  # (the default runtime context here: its variable)
+    seen: Dict[str, Any] = {}
+
+    def start() -> None:
+        token = context.attach(baggage.set_baggage("tenant", "b"))
+        try:
+            seen["now"] = context.get_current()
+            seen["call"] = telemetry.observe("/echo.Echo/Unary", machine(), [])
+        finally:
+            context.detach(token)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert seen["call"]._context is seen["now"]
+    assert telemetry._current() is context.get_current()  # (this thread: nothing attached)
+
+    class Runtime:  # a runtime context of another kind
+        _current_context = None
+
+        def get_current(self) -> Any:
+            return context.Context()
+
+    class Api:
+        _RUNTIME_CONTEXT = Runtime()
+        get_current = staticmethod(lambda: "get_current")
+
+    assert _current_context(Api)() == "get_current"
