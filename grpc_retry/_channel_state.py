@@ -39,7 +39,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 class ChannelState:
     __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies",
-                 "__weakref__")
+                 "watches", "__weakref__")
 
     def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
@@ -55,6 +55,7 @@ class ChannelState:
         self.calls: Set[Any] = set()
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
+        self.watches: Dict[str, Any] = {}  # per hedged method: its _method.HeadersWatch
         if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
 

@@ -23,6 +23,7 @@ cdef class _Batch:
 
 cdef class AioMethod:
     cdef public object _multicallable, _handle, _headers_first, _stream, _channel, _method, _loop, _register
+    cdef public AioMethod whole
 
 
 cdef class AioAttempt:

@@ -214,7 +214,7 @@ class AioMethod:
     before the response (a response stream's always do); `stream`: a response stream."""
 
     __slots__ = ("_multicallable", "_handle", "_headers_first", "_stream", "_channel", "_method", "_loop",
-                 "_register")
+                 "_register", "whole")
 
     def __init__(self, multicallable: Any, headers_first: bool, stream: bool = False) -> None:
         self._multicallable = multicallable  # grpc.aio's multicallable of the method
@@ -228,6 +228,8 @@ class AioMethod:
         self._method = multicallable._method
         self._loop = multicallable._loop
         self._register = getattr(getattr(multicallable, "_python_channel", None), "_register_call", None)
+        # The method with a unary response as one batch (a hedged call's first attempt: Method.first_whole)
+        self.whole = AioMethod(multicallable, False) if headers_first and not stream else self
 
     def __call__(self, request: Optional[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> AioAttempt:

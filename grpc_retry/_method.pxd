@@ -3,6 +3,14 @@ from grpc_retry._telemetry cimport Telemetry
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. The channels' methods are
 # Python classes over it.
 
+cdef class HeadersWatch:
+    cdef object _method
+    cdef public long _calls
+    cdef public bint _early
+    cpdef bint first_whole(self)
+    cpdef headers_early(self)
+
+
 cdef class Method:
     cdef public object _state, _method, _serializer, deserializer, _inner, _policy, _attempt_kind, direct
     cdef public object headers_first, reports_end, subchannels, attempt_streams, unary_response
@@ -10,7 +18,10 @@ cdef class Method:
     cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
     cdef public Telemetry _telemetry
     cdef public object _addresses, _started
+    cdef public HeadersWatch _watch
     cpdef inner(self, index)
+    cpdef bint first_whole(self)
+    cpdef headers_early(self)
     cpdef attempt_started(self, index)
     cpdef _serialize(self, request)
     cpdef closed(self)

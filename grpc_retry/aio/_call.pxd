@@ -12,6 +12,8 @@ cdef class _Call(CallDriver):
     cdef public object _loop, _hedged, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
     cdef public object _callbacks, _watchers, _silent_n, _silent, _peek, _reads, _delivered, _style
+    cdef public long _heard_n
+    cdef public double _heard_at
     cpdef _refused(self, error)
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)

@@ -46,7 +46,7 @@ from grpc_retry._driver import (
     trailing_with_attempts,
 )
 from grpc_retry._grpc_internals import aio_initial_metadata, aio_locally_cancelled, aio_status
-from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
+from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
 _EOF = grpc.aio.EOF
@@ -68,8 +68,8 @@ class _Call(CallDriver):
         "_channel", "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
         "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_silent_n", "_silent", "_peek", "_reads", "_delivered", "_style",
-        "__weakref__",
+        "_callbacks", "_watchers", "_silent_n", "_silent", "_heard_n", "_heard_at", "_peek", "_reads", "_delivered",
+        "_style", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
@@ -109,6 +109,8 @@ class _Call(CallDriver):
         # the next hedge is due or it ends (a grace timer for each call would cost more than most calls' rest)
         self._silent_n = -1
         self._silent = 0.0
+        self._heard_n = -1      # the attempt whose headers committed the call, and when (Method.first_whole)
+        self._heard_at = 0.0
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
@@ -123,8 +125,11 @@ class _Call(CallDriver):
     def _start(self, n: int, address: int, previous: int) -> None:
         method = self._method
         deadline = self._machine.deadline
+        # A hedged unary call's first attempt is out alone: one batch, unless the method's headers are watched
+        whole = n == 0 and self._hedged and method.direct and method.first_whole()
         try:
-            attempt = method.inner(address)(
+            inner = method.inner(address)
+            attempt = (inner.whole if whole else inner)(
                 self._request, timeout=None if deadline == INF else deadline - monotonic(),
                 metadata=self._attempt_metadata(n, previous), credentials=self._credentials,
                 wait_for_ready=self._grpc_wfr, compression=self._compression)
@@ -135,7 +140,9 @@ class _Call(CallDriver):
         if self._silent_n >= 0:  # no longer out alone: its silence is timed from now on, as any attempt's
             self._time_silence()
         if method.direct:  # a unary response
-            if self._hedged:
+            if whole:
+                attempt.on_end = partial(self._direct_ended, n, attempt)
+            elif self._hedged:
                 if self._watchers is None:
                     self._watchers = {}
                 attempt.on_headers = partial(self._headers_came, n, attempt)
@@ -192,6 +199,7 @@ class _Call(CallDriver):
             n = self._silent_n
             if n >= 0 and now - self._silent >= HEADERS_GRACE and n in self._attempts and self._winner != n:
                 self._silent_n = -1  # its silence lasted: it won before the hedge was due
+                self._method.headers_early()
                 self._decide("headers", n, now)
             else:
                 self._decide("timer", now)
@@ -312,6 +320,7 @@ class _Call(CallDriver):
 
     def _silence(self, n: int, attempt: Any) -> None:
         if self._attempts.get(n) is attempt and self._winner != n and not self._done:
+            self._method.headers_early()
             self._decide("headers", n, monotonic())
 
     async def _watch(self, n: int, attempt: Any) -> None:
@@ -330,7 +339,10 @@ class _Call(CallDriver):
         if self._attempts.get(n) is not attempt or self._winner == n:
             return
         if aio_initial_metadata(attempt):
-            self._decide("headers", n, monotonic())
+            now = monotonic()
+            self._heard_n = n
+            self._heard_at = now
+            self._decide("headers", n, now)
         elif len(self._attempts) == 1:  # out alone: its silence is judged later (see _silent)
             self._silent_n = n
             self._silent = monotonic()
@@ -353,22 +365,28 @@ class _Call(CallDriver):
             grace.cancel()
         if self._attempts.get(n) is not attempt:
             return
+        if n == self._heard_n and monotonic() - self._heard_at >= EARLY_HEADERS:
+            self._method.headers_early()
         if self._silent_n == n:
             self._silent_n = -1
             now = monotonic()
             if response is _EOF and now - self._silent >= HEADERS_GRACE and self._winner != n:
+                self._method.headers_early()
                 self._decide("headers", n, now)  # its silence lasted: it won before it ended
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, response is not _EOF)
 
     def _direct_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
-        """An unhedged unary-unary attempt ended, with its response or EOF."""
+        """A unary-unary attempt as one batch (unhedged, or a hedged call's first: `_start`) ended, with its
+        response or EOF: its headers, or its response, came with its end."""
         if self._attempts.get(n) is not attempt:
             return
         if response is not _EOF:
             self._response = response
-        self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
+            self._ended(n, attempt, True)
+        else:
+            self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
 
     # -- ending ---------------------------------------------------------------------------------------------------
 
