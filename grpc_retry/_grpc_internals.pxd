@@ -77,9 +77,10 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
 
 cdef class SyncHeadersFirst:
     cdef public object _multicallable
-    cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end)
+    cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end,
+                 bint whole)
     cdef _attempt(self, request, deadline, metadata, credentials, wait_for_ready, compression, on_headers, on_end,
-                  bint polled)
+                  bint polled, bint whole)
 
 
 cdef class SyncHeadersFirstAttempt(_UnaryAttempt):

@@ -776,23 +776,23 @@ class SyncHeadersFirst:
         the same time within the spread."""
         deadline = None if timeout is None else time.time() + timeout
         return self._attempt(request, _determined(deadline) if pollable else deadline, metadata, credentials,
-                             wait_for_ready, compression, on_headers, on_end, pollable)
+                             wait_for_ready, compression, on_headers, on_end, pollable, False)
 
     def polled(self, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
                wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
-               on_end: Callable[[Any], None]) -> SyncHeadersFirstAttempt:
+               on_end: Callable[[Any], None], whole: bool) -> SyncHeadersFirstAttempt:
         """The attempt as called with `pollable` (a blocking hedged call's first), its arguments in order: no
-        keywords to gather and parse on each call's path."""
+        keywords to gather and parse on each call's path. `whole`: as one batch (Method.first_whole)."""
         return self._attempt(request, _determined(None if timeout is None else time.time() + timeout), metadata,
-                             credentials, wait_for_ready, compression, on_headers, on_end, True)
+                             credentials, wait_for_ready, compression, on_headers, on_end, True, whole)
 
     def _attempt(self, request: bytes, deadline: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
-                 on_end: Callable[[Any], None], polled: bool) -> SyncHeadersFirstAttempt:
+                 on_end: Callable[[Any], None], polled: bool, whole: bool) -> SyncHeadersFirstAttempt:
         return SyncHeadersFirstAttempt(
             self._multicallable, request, deadline, metadata, _augmented(metadata, compression),
             _WAIT_FOR_READY[wait_for_ready], None if credentials is None else credentials._credentials, on_headers,
-            on_end, polled)
+            on_end, polled, whole)
 
 
 class _AttemptState:
@@ -922,24 +922,30 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
     """One attempt of a hedged sync unary call. It calls `on_headers(self)` when its response headers came
     (unless its end came with them), then `on_end(self)` once it has ended: from grpcio's spin thread (never
     blocking it), or, if `polled`, from the thread that calls poll() — the blocking call's caller, as grpcio's
-    blocking call waits on its own call's queue: no spin thread to start per call, no hand-off."""
+    blocking call waits on its own call's queue: no spin thread to start per call, no hand-off. `whole` (polled
+    only): one batch, as a blocking unary call's, whose headers show with its end (only `on_end` is told)."""
 
     __slots__ = ("_end_waits", "polled")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
                  credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
-                 polled: bool = False) -> None:
+                 polled: bool = False, whole: bool = False) -> None:
         sending, receiving = _unary_ops(request, augmented, flags)
         self._init_unary(receiving, on_end)
         self.polled = polled
-        self._end_waits: Optional[bool] = None  # the end's batch came first: whether it succeeded
+        # The end's batch came first: whether it succeeded (one batch: no headers' batch to wait for)
+        self._end_waits: Optional[bool] = False if whole else None
         self.on_headers = on_headers
         headers, message, status = receiving
         # The request's batch first: grpcio starts them one after the other, and the request's is the one that
         # can fail to start (metadata C-core refuses), which must leave no batch of this call behind. (Its events
         # may come before this returns: only cancel() uses `_call`.)
         request_batch, response_batch = sending + (headers,), (message, status)
-        if polled:
+        if whole:
+            self._call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
+                                                    credentials, ((sending + receiving, None),), m._context,
+                                                    m._registered_call_handle)
+        elif polled:
             self._call = m._channel.segregated_call(_PROPAGATE_DEFAULTS, m._method, None, deadline, metadata,
                                                     credentials, ((request_batch, None), (response_batch, None)),
                                                     m._context, m._registered_call_handle)

@@ -35,8 +35,8 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 
 class HeadersWatch:
-    """Whether a hedged unary call's first attempt may be one batch, as an unhedged call's is (per channel and
-    method: the asyncio channel's calls ask it). Its headers then show with its response, and the second batch a
+    """Whether a hedged unary-unary call's first attempt may be one batch, as an unhedged call's is (per channel
+    and method). Its headers then show with its response, and the second batch a
     headers-first attempt needs (C-core tells headers only through a batch of their own) is ~10% of such a call's
     CPU.
 
@@ -123,7 +123,7 @@ class Method:
         self._started = subchannels.attempt_started if getattr(subchannels, "reads_started", False) else None
         self._inner: Dict[int, Tuple[Any, Any]] = {}  # address index -> (its grpcio channel, this method on it)
         self._watch: Optional[HeadersWatch] = None  # the channel's, for this method (first_whole)
-        if hedged and self.direct:
+        if hedged and kind == "unary_unary" and (self.direct or self.headers_first):
             watch = state.watches.get(method)
             if watch is None:
                 watch = state.watches[method] = HeadersWatch(method)
@@ -146,7 +146,7 @@ class Method:
         return entry[1]
 
     def first_whole(self) -> bool:
-        """(Asyncio, hedged unary calls.) Whether a starting call's first attempt may be one batch: HeadersWatch."""
+        """(Hedged unary-unary calls.) Whether a starting call's first attempt may be one batch: HeadersWatch."""
         return self._watch is not None and self._watch.first_whole()
 
     def headers_early(self) -> None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 from grpc_retry import _driver as driver
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
 from grpc_retry._driver import trailing_with_attempts as trailing_of
-from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
+from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
@@ -270,6 +270,7 @@ class _NonBlocking(_Attempts):
         self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
         self._graces: Dict[int, Any] = {}     # hedges with empty headers: their silence commits after this timer
         self._silent: Optional[Tuple[int, float]] = None  # (n, since): the same, without a timer (_headers_came)
+        self._heard: Optional[Tuple[int, float]] = None  # (n, when) its headers with metadata came (_headers_came)
         self._timer: Any = None
         # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
         # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
@@ -535,13 +536,19 @@ class _NonBlocking(_Attempts):
         if n not in self._live or self._machine.winner == n:
             return []
         if now - since >= HEADERS_GRACE:
-            return self._machine.headers(n, now)
+            return self._silence_lasted(n)
         self._graces[n] = self._grace(n, since + HEADERS_GRACE - now)
         return []
 
     def _grace(self, n: int, delay: float) -> Any:
         """A timer: attempt n's silence after empty headers commits the call to it once it has lasted."""
-        return TIMERS.schedule(delay, lambda: self._event(lambda: self._answer(n), n))
+        return TIMERS.schedule(delay, lambda: self._event(lambda: self._silence_lasted(n), n))
+
+    def _silence_lasted(self, n: int) -> List[Action]:
+        """(Under the lock.) Attempt n's silence after empty headers lasted: it answered, and its server sends
+        headers ahead of its response (Method.first_whole)."""
+        self._method.headers_early()
+        return self._answer(n)
 
     def _wait(self, generation: int) -> None:
         with self._lock:
@@ -621,7 +628,7 @@ class _NonBlocking(_Attempts):
         """A hedged unary attempt's headers came (grpcio's spin thread): headers commit the call to it; empty ones
         may be a Trailers-Only response, so only its response or silence after them does."""
         if attempt.initial_metadata():
-            self._event(lambda: self._answer(n), n)
+            self._event(lambda: self._heard_now(n), n)
             return
         with self._lock:
             if self._blocking and self._silent is None and len(self._live) == 1 and n in self._live:
@@ -630,6 +637,11 @@ class _NonBlocking(_Attempts):
                 self._silent = (n, monotonic())
             else:
                 self._graces[n] = self._grace(n, HEADERS_GRACE)  # (under the lock: see _arm)
+
+    def _heard_now(self, n: int) -> List[Action]:
+        """(Under the lock.) Attempt n's headers, with metadata, came: they commit the call."""
+        self._heard = (n, monotonic())
+        return self._answer(n)
 
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
         """A hedged unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
@@ -642,14 +654,21 @@ class _NonBlocking(_Attempts):
         if grace is not None:
             grace.cancel()
         actions: List[Action] = []
+        heard = self._heard
+        if heard is not None and heard[0] == n and monotonic() - heard[1] >= EARLY_HEADERS:
+            self._method.headers_early()
         responded = internals.sync_response(attempt) is not None
-        if responded and self._machine.winner != n:
+        winner = self._machine.winner
+        if responded and winner != n:
             actions = self._machine.message(n, monotonic())
+        elif winner < 0 and attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
+            actions = self._machine.headers(n, monotonic())
         silent = self._silent
         if silent is not None and silent[0] == n:
             self._silent = None
             now = monotonic()
             if not responded and now - silent[1] >= HEADERS_GRACE and self._machine.winner != n:
+                self._method.headers_early()
                 actions = self._machine.headers(n, now)  # its silence lasted: it won before it ended
         return actions + self._status(n, attempt)
 

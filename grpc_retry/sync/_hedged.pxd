@@ -10,6 +10,7 @@ from grpc_retry.sync._call cimport _Attempts
 
 cdef class HedgedBlockingCall(_Attempts):
     cdef public object _lock, _out, _timer_at, _silent, _handed, _ending, _ended, _changed
+    cdef public double _heard
     cdef public SyncHeadersFirstAttempt _attempt
     cdef public TimerHandle _timer
     cdef public object _local_details

@@ -22,6 +22,7 @@ import grpc
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
 from grpc_retry._grpc_internals import sync_response
+from grpc_retry._method import EARLY_HEADERS
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
@@ -39,8 +40,8 @@ class HedgedBlockingCall(_Attempts):
     """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
     the whole call handed to a Call."""
 
-    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_handed", "_ending", "_ended",
-                 "_changed", "_local_details")
+    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_heard", "_handed", "_ending",
+                 "_ended", "_changed", "_local_details")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any) -> None:
@@ -51,6 +52,7 @@ class HedgedBlockingCall(_Attempts):
         self._timer: Any = None             # the TIMERS handle of the machine's timer
         self._timer_at = INF                # when the machine's timer is due, as last decided
         self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not, or it ended)
+        self._heard = -1.0                  # ... or its headers with metadata (Method.first_whole)
         self._handed: Optional[Call] = None  # the Call that drives it now
         self._ending = False                # the machine has decided the end
         self._ended = False                 # ... and it is performed: the result is set
@@ -136,7 +138,7 @@ class HedgedBlockingCall(_Attempts):
             first = method.inner(address)
             self._attempt = first.polled(
                 self._request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
-                self._grpc_wfr, self._compression, self._on_headers, self._on_end)
+                self._grpc_wfr, self._compression, self._on_headers, self._on_end, method.first_whole())
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._refused(error)
             return False
@@ -213,11 +215,13 @@ class HedgedBlockingCall(_Attempts):
             if handed is None:
                 if self._ending:
                     return
+                now = monotonic()
                 if not attempt.initial_metadata():
-                    self._silent = monotonic()
+                    self._silent = now
                     return
+                self._heard = now
                 machine = self._machine
-                decided = self._decided(machine.headers(0, monotonic()) if machine.winner != 0 else [], True)
+                decided = self._decided(machine.headers(0, now) if machine.winner != 0 else [], True)
         finally:
             lock.release()
         if handed is not None:
@@ -238,12 +242,17 @@ class HedgedBlockingCall(_Attempts):
                     return
                 machine = self._machine
                 now = monotonic()
+                if self._heard >= 0 and now - self._heard >= EARLY_HEADERS:
+                    self._method.headers_early()
                 actions: List[Action] = []
                 if machine.winner != 0:
                     if sync_response(attempt) is not None:
                         actions = machine.message(0, now)
                     elif silent >= 0 and now - silent >= HEADERS_GRACE:
+                        self._method.headers_early()
                         actions = machine.headers(0, now)  # its silence lasted: it won before it ended
+                    elif attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
+                        actions = machine.headers(0, now)
                 state = attempt._state  # (its own: sync_status() would copy it)
                 code = state.code  # (0 for OK without StatusCode.value, an enum's property: interpreted Python)
                 decided = self._decided(actions + machine.status(0, 0 if code is _OK else code.value[0],
@@ -266,6 +275,7 @@ class HedgedBlockingCall(_Attempts):
             self._timer = None
             machine = self._machine
             if self._silent >= 0 and now - self._silent >= HEADERS_GRACE and machine.winner != 0:
+                self._method.headers_early()
                 actions = machine.headers(0, now)
             else:
                 self._timer_at = INF
