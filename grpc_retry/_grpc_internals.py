@@ -968,10 +968,11 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
             raise
 
     def _on_event(self, event: Any) -> bool:
-        """grpcio's spin thread: a batch is done. True once both are (grpcio then stops counting the call)."""
+        """grpcio's spin thread (or the poller): a batch is done. True once every one is (grpcio then stops counting
+        the call)."""
         state = self._state
         lock = self._lock
-        if len(event.batch_operations) == 4:  # the request and the headers
+        if len(event.batch_operations) == 4:  # the request and the headers (one batch: all six, as the end's)
             lock.acquire()
             try:
                 told = state.code is None and bool(event.success)  # else cancelled, or failed: the end tells
