@@ -36,9 +36,8 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 class HeadersWatch:
     """Whether a hedged unary-unary call's first attempt may be one batch, as an unhedged call's is (per channel
-    and method). Its headers then show with its response, and the second batch a
-    headers-first attempt needs (C-core tells headers only through a batch of their own) is ~10% of such a call's
-    CPU.
+    and method). Its headers then show with its response; the second batch a headers-first attempt needs (C-core
+    tells headers only through a batch of their own) is ~15% of such a call's instructions.
 
     A6 commits a hedged call on response headers, and while the first attempt is out alone nothing waits on them
     but the next hedge's timer. Servers send a unary response's headers with it (A6 asks them to, unless the
