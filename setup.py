@@ -11,8 +11,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def compile_protos() -> None:
     """Generate grpc_retry/_proto/*_pb2.py from third_party/*.proto (never committed)."""
-    from grpc_tools import protoc  # build requirement
     import grpc_tools
+    from grpc_tools import protoc  # build requirement
 
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     out = os.path.join(HERE, "grpc_retry", "_proto")
@@ -36,12 +36,21 @@ COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._grp
 JOBS = os.cpu_count() or 1
 
 
+def _stale(generated: str, source: str) -> bool:
+    """Whether `generated` is older than `source`, which Cython's own dependency tracking does not see."""
+    return os.path.exists(generated) and os.path.getmtime(generated) < os.path.getmtime(source)
+
+
 def extensions():
     from Cython.Build import cythonize
 
+    # The core's declarations live in the package (grpc_retry/_core.pxd, cimported by the drivers), not beside
+    # its .pyx, where cythonize looks for them: a changed .pxd would otherwise leave a stale _core.c behind.
+    core_pxd = os.path.join("grpc_retry", "_core.pxd")
     core = cythonize([Extension("grpc_retry._core", [os.path.join("_cython", "_core.pyx")])], language_level=3,
                      compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True,
-                                          "embedsignature": True}, nthreads=JOBS)
+                                          "embedsignature": True}, nthreads=JOBS,
+                     force=_stale(os.path.join("_cython", "_core.c"), core_pxd))
     drivers = cythonize([Extension(name, [name.replace(".", os.sep) + ".py"]) for name in COMPILED_MODULES],
                         language_level=3, compiler_directives={"annotation_typing": False, "binding": True},
                         nthreads=JOBS)
