@@ -21,6 +21,24 @@ cdef class _Batch:
     cdef abandon(self)
     cpdef _tell(self)
 
+cdef class EndWaiter
+
+cdef class _Dispatch:
+    cdef public object loop
+    cdef public list woken
+    @cython.locals(waiter=EndWaiter, i=Py_ssize_t, n=Py_ssize_t)
+    cdef wake(self, loop)
+
+cdef _Dispatch _DISPATCH
+cdef int _WAITING, _ENDED, _CANCELLED
+
+cdef class EndWaiter:
+    cdef object _loop, _callbacks, _cancel_message
+    cdef int _state
+    cdef public object _asyncio_future_blocking
+    cdef _run_soon(self)
+    cdef _run(self)
+
 cdef class AioMethod:
     cdef public object _multicallable, _handle, _headers_first, _stream, _channel, _method, _loop, _register
     cdef public AioMethod whole

@@ -42,6 +42,7 @@ SendMessageOperation = cygrpc.SendMessageOperation
 build_census_context = cygrpc.build_census_context
 execute_batch = cygrpc.execute_batch
 _get_running_loop = asyncio._get_running_loop
+_current_task = asyncio.current_task
 
 # -- asyncio ---------------------------------------------------------------------------------------------------
 
@@ -165,8 +166,15 @@ class _Batch:
         return self
 
     def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any) -> None:
-        if _get_running_loop() is self._loop:
-            callback(*args)
+        loop = self._loop
+        if _get_running_loop() is loop:
+            outer, _DISPATCH.loop = _DISPATCH.loop, loop
+            try:
+                callback(*args)
+            finally:
+                _DISPATCH.loop = outer
+                if outer is None and _DISPATCH.woken:
+                    _DISPATCH.wake(loop)
         elif self._loop.is_closed():
             # Its loop closed before C-core completed it (a call cancelled as its channel closed, say): no one waits
             # for it, and grpcio then reads completions under another loop, which must not see the closed one's
@@ -206,6 +214,146 @@ class _Batch:
         if error is not None:
             raise error
         raise StopIteration
+
+
+class _Dispatch:
+    """A `_Batch`'s completion being handed on from grpcio (its loop, None between), and the tasks that calls it
+    ended woke meanwhile (`EndWaiter`): they run as soon as it has been handled, on the same loop turn."""
+
+    __slots__ = ("loop", "woken")
+
+    def __init__(self) -> None:
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.woken: List[EndWaiter] = []
+
+    def wake(self, loop: asyncio.AbstractEventLoop) -> None:
+        woken = self.woken
+        self.woken = []
+        i, n = 0, len(woken)
+        if _current_task(loop) is not None:  # handed on inside a task (not grpcio's own way): a loop turn later
+            while i < n:
+                waiter = woken[i]
+                i += 1
+                waiter._run_soon()
+            return
+        while i < n:
+            waiter = woken[i]
+            i += 1
+            try:
+                waiter._run()
+            except BaseException:  # (SystemExit, KeyboardInterrupt) the others still wake, a turn later
+                while i < n:
+                    waiter = woken[i]
+                    i += 1
+                    waiter._run_soon()
+                raise
+
+
+_DISPATCH = _Dispatch()
+_WAITING, _ENDED, _CANCELLED = 0, 1, 2  # an EndWaiter's states
+
+
+class EndWaiter:
+    """What a task awaiting an asyncio call's end waits on, in place of an asyncio future: the end wakes the task
+    at once when a batch's completion ended the call (`_Batch`), as soon as that completion has been handled (its
+    done callbacks run), where a future would have the loop run the task's wakeup a loop turn later (a handle and
+    a turn per call). Otherwise (a cancel, a timer, a read) as a future: through the loop, a turn later. It is what
+    asyncio's Task asks of a future it awaits (`_asyncio_future_blocking`, as asyncio.isfuture() reads it)."""
+
+    __slots__ = ("_loop", "_state", "_callbacks", "_cancel_message", "_asyncio_future_blocking")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._state = _WAITING
+        self._callbacks: Optional[List[Tuple[Callable[[Any], Any], contextvars.Context]]] = None
+        self._cancel_message: Any = None
+        self._asyncio_future_blocking = False
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def done(self) -> bool:
+        return self._state != _WAITING
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def result(self) -> None:
+        if self._state == _CANCELLED:
+            raise asyncio.CancelledError() if self._cancel_message is None else asyncio.CancelledError(
+                self._cancel_message)
+        if self._state == _WAITING:
+            raise asyncio.InvalidStateError("Result is not ready.")
+        return None
+
+    def exception(self) -> Optional[BaseException]:
+        self.result()
+        return None
+
+    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Optional[contextvars.Context] = None) -> None:
+        if context is None:
+            context = contextvars.copy_context()
+        if self._state != _WAITING:
+            self._loop.call_soon(fn, self, context=context)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
+        callbacks = self._callbacks
+        if not callbacks:
+            return 0
+        kept = [(f, c) for f, c in callbacks if f != fn]
+        self._callbacks = kept
+        return len(callbacks) - len(kept)
+
+    def set_result(self, _: Any) -> None:
+        if self._state != _WAITING:
+            raise asyncio.InvalidStateError("invalid state")
+        self._state = _ENDED
+        if self._callbacks is not None:
+            if _DISPATCH.loop is self._loop:
+                _DISPATCH.woken.append(self)
+            else:
+                self._run_soon()
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self._state != _WAITING:
+            return False
+        self._state = _CANCELLED
+        self._cancel_message = msg
+        self._run_soon()
+        return True
+
+    def _run_soon(self) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for fn, context in callbacks:
+                self._loop.call_soon(fn, self, context=context)
+
+    def _run(self) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for fn, context in callbacks:  # (as the loop runs a handle)
+                try:
+                    context.run(fn, self)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as error:
+                    self._loop.call_exception_handler({"message": "grpc_retry: a call's waiter failed",
+                                                       "exception": error})
+
+    def __await__(self) -> Any:
+        if self._state == _WAITING:
+            self._asyncio_future_blocking = True
+            yield self
+        if self._state == _WAITING:
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    def __iter__(self) -> Any:
+        return self.__await__()
 
 
 class AioMethod:

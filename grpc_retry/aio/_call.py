@@ -45,7 +45,7 @@ from grpc_retry._driver import (
     log,
     trailing_with_attempts,
 )
-from grpc_retry._grpc_internals import aio_initial_metadata, aio_locally_cancelled, aio_status
+from grpc_retry._grpc_internals import EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
 from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -101,7 +101,7 @@ class _Call(CallDriver):
         self._trailing: Tuple[Any, ...] = ()
         self._debug: Optional[str] = None
         self._response: Any = None
-        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the end
+        self._waiters: Optional[List[EndWaiter]] = None  # awaiting the end
         self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self._watchers: Optional[Dict[int, Any]] = None  # hedges: each one's watcher task, or grace timer
@@ -445,9 +445,9 @@ class _Call(CallDriver):
         if not self._done:
             await self._end_waiter()
 
-    def _end_waiter(self) -> asyncio.Future[None]:
-        """A future that the call's end completes."""
-        waiter = self._loop.create_future()
+    def _end_waiter(self) -> EndWaiter:
+        """A future (in what a task asks of one) that the call's end completes."""
+        waiter = EndWaiter(self._loop)
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
@@ -569,8 +569,11 @@ class _UnaryResponse(_Call):
 
     def __await__(self) -> Generator[Any, None, Any]:
         if not self._done:  # (a generator, not a coroutine: one frame less per call)
+            waiter = self._end_waiter()
+            waiter._asyncio_future_blocking = True  # (yielded as its own __await__ would, without its frame)
             try:
-                yield from self._end_waiter()
+                yield waiter
+                waiter.result()
             except asyncio.CancelledError:
                 self.cancel()  # as grpc.aio: cancelling the task that awaits the call cancels the call
                 raise

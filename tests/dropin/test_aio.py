@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from typing import Any
@@ -108,6 +109,28 @@ async def _await(call) -> Any:
 
 async def _read(call) -> Any:
     return await call.read()
+
+
+_CONTEXT: contextvars.ContextVar[bytes] = contextvars.ContextVar("context")
+
+
+async def waking_awaiting_tasks(make, backend) -> Any:
+    """What a task sees as the call it awaits ends: the call's done callbacks have run, its context is its own;
+    and several awaiting one call, through gather, wait_for and code()."""
+    backend.script(UNARY, Step(headers=HEADERS, trailing=TRAILERS), fail(grpc.StatusCode.NOT_FOUND, "no such"))
+    async with make(backend.target) as channel:
+        seen = []
+        for request in (b"a", b"b"):
+            order: list = []
+            call = channel.unary_unary(UNARY)(request, timeout=5)
+            call.add_done_callback(lambda c, order=order: order.append(("callback", c.done())))
+            _CONTEXT.set(request)
+            ended = await outcome(call)
+            order.append(("resumed", _CONTEXT.get(), call.done()))
+            seen.append((ended, order))
+        call = channel.unary_unary(UNARY)(b"c", timeout=5)
+        together = await asyncio.gather(_await(call), call.code(), asyncio.wait_for(call, 5), _await(call))
+        return seen, together
 
 
 async def cancelling_blocked_tasks(make, backend) -> Any:
@@ -389,7 +412,8 @@ async def unresolvable_name(make, backend) -> Any:
     return seen
 
 
-@pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, cancelling_blocked_tasks,
+@pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, waking_awaiting_tasks,
+                                      cancelling_blocked_tasks,
                                       deadlines_and_failures, request_streams_past_their_deadline, refusals,
                                       time_remaining, metadata_and_compression, refused_metadata, interceptors,
                                       closing, state_after_close,

@@ -1,12 +1,16 @@
 """grpc_retry's asyncio attempts run grpcio's batches on grpc.aio's Cython calls with no asyncio future: each batch
 stands in for the loop grpcio's completion queue hands its completion to (`_grpc_internals._Batch`). These check
 what that hand-over must keep: the thread callbacks run on, what a callback that fails does to the loop, and that a
-batch no one waits for any more (its attempt cancelled, its loop closed) tells nothing."""
+batch no one waits for any more (its attempt cancelled, its loop closed) tells nothing. A task awaiting a call's end
+waits on an `EndWaiter`, which a batch's completion wakes on its own loop turn: these check it behaves as the future
+it stands in for."""
 
 import asyncio
+import contextvars
 import threading
 
 import grpc
+import pytest
 from support.backend import UNARY, Step
 
 from grpc_retry import _grpc_internals as internals
@@ -130,3 +134,88 @@ def test_a_batch_whose_loop_closed_completes_into_nothing(backends):
     assert asyncio.run(then()) == []
     assert told == []
     del channel
+
+
+def _batch(loop: asyncio.AbstractEventLoop, channel: grpc.aio.Channel) -> internals._Batch:
+    method = _method(channel)
+    call = method._channel.call(method._method, None, None, None, *method._handle)
+    sending, receiving = internals._unary_ops(b"x", (), 0)
+    return internals._Batch(call, sending + receiving, loop, True)
+
+
+_SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="none")
+
+
+async def test_a_task_woken_by_a_batch_runs_as_that_batch_is_handled_in_its_own_context(backends):
+    """Ended within a batch's completion (handed on by grpcio from a loop callback), a waiter wakes the task awaiting
+    it as soon as that completion has been handled, before the loop's next callback, in the task's context. Ended
+    anywhere else, or handed on inside a task, a loop turn later, as a future's."""
+    loop = asyncio.get_running_loop()
+    async with grpc.aio.insecure_channel(backends[0].target) as channel:
+        batch = _batch(loop, channel)
+        for how in ("from a loop callback", "inside a task", "not in a batch"):
+            waiter = internals.EndWaiter(loop)
+            steps: list = []
+            mine: list = []  # the task
+
+            async def awaiting(waiter=waiter, steps=steps, mine=mine):
+                _SEEN.set("the task's")
+                steps.append("waiting")
+                await waiter
+                steps.append(("woken", _SEEN.get(), asyncio.current_task() is mine[0]))
+
+            task = asyncio.ensure_future(awaiting())
+            mine.append(task)
+            await asyncio.sleep(0)
+            assert steps == ["waiting"] and asyncio.isfuture(waiter) and not waiter.done()
+
+            def end(waiter=waiter, steps=steps):
+                waiter.set_result(None)
+                steps.append("handled")  # the rest of the completion's handling comes first
+
+            woken = ("woken", "the task's", True)
+            if how == "inside a task":
+                batch.call_soon_threadsafe(end)
+                assert steps == ["waiting", "handled"]  # (a task cannot run inside another)
+            else:
+                next_callback = loop.create_future()
+                if how == "from a loop callback":
+                    loop.call_soon(batch.call_soon_threadsafe, end)  # as grpcio's reading of its queue
+                else:
+                    loop.call_soon(end)
+                loop.call_soon(lambda steps=steps, seen=next_callback: seen.set_result(list(steps)))
+                inline = [woken] if how == "from a loop callback" else []
+                assert await next_callback == ["waiting", "handled", *inline]
+            await task
+            assert steps == ["waiting", "handled", woken]
+            assert waiter.done() and not waiter.cancelled() and waiter.result() is None
+
+
+async def test_a_waiter_cancelled_raises_in_its_task_as_a_future_does(backends):
+    loop = asyncio.get_running_loop()
+    waiter = internals.EndWaiter(loop)
+
+    async def awaiting():
+        await waiter
+
+    task = asyncio.ensure_future(awaiting())
+    await asyncio.sleep(0)
+    assert task.cancel("why")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiter.cancelled() and not waiter.cancel()
+    with pytest.raises(asyncio.CancelledError, match="why"):
+        waiter.result()
+    with pytest.raises(asyncio.InvalidStateError):
+        waiter.set_result(None)
+    pending = internals.EndWaiter(loop)
+    with pytest.raises(asyncio.InvalidStateError):
+        pending.result()
+    called = loop.create_future()
+    pending.add_done_callback(called.set_result)
+    assert pending.remove_done_callback(called.set_result) == 1
+    pending.set_result(None)
+    await asyncio.sleep(0)
+    assert not called.done()
+    pending.add_done_callback(called.set_result)  # once done: a loop turn later, as a future's
+    assert await called is pending
