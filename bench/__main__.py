@@ -16,7 +16,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = {  # name: (full arguments, --quick arguments; None: skipped when quick)
-    "overhead": (["--calls", "4096", "--rounds", "12"], ["--calls", "64", "--rounds", "2", "--inflight", "1,16"]),
+    "overhead": (["--calls", "1024", "--rounds", "48"], ["--calls", "64", "--rounds", "2", "--inflight", "1,16"]),
     "backends": ([], ["--calls", "200"]),
     "hedging": ([], ["--calls", "200"]),
     "hedging_adaptive": (["--adaptive"], None),

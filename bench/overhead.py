@@ -10,6 +10,8 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
   same config (grpcio ignores hedgingPolicy);
+- `unary_aa`: the unary point with grpcio on both sides, two identical channels: how far apart this run measures
+  two of the same (an A/A test: its ratio's distance from 1 is the noise floor of the others);
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
   config; `vs_one_address` is its grpc_retry CPU per call over the same call's on one address (round_robin), and
   `plain_vs_one_address` the same for grpcio: what spreading calls over 300 connections costs grpcio itself;
@@ -174,7 +176,7 @@ def otel_options() -> list:
             ("grpc_retry.tracer_provider", tracer_provider)]
 
 
-_NOT_RUNS = ("kind", "metadata", "sync_only")  # what a point holds beside its runs
+_NOT_RUNS = ("kind", "metadata", "sync_only", "grpcio_only")  # what a point holds beside its runs
 
 
 def _points(port: int) -> Dict[str, dict]:
@@ -192,6 +194,9 @@ def _points(port: int) -> Dict[str, dict]:
         "unary_future": {"kind": "unary_future", "sync_only": True, "plain": (one, RETRY_CONFIG, []),
                          "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
+        # grpcio against itself: what two identical channels measure apart in this run (the noise floor)
+        "unary_aa": {"kind": "unary", "grpcio_only": True, "plain": (one, RETRY_CONFIG, []),
+                     "ours": (one, RETRY_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
         "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
                       "ours": (many, round_robin(RETRY_CONFIG), []),
@@ -308,8 +313,9 @@ def _aio_points(loop: asyncio.AbstractEventLoop, port: int, calls: int, rounds: 
     for name, point in _points(port).items():
         if not wanted(f"aio_{name}") or point.get("sync_only"):
             continue
-        channels = {run: loop.run_until_complete(_make(lambda run=run, p=point[run]: _aio_channel(run, *p)))
-                    for run in point if run not in _NOT_RUNS}
+        kinds = {run: "plain" if point.get("grpcio_only") else run for run in point if run not in _NOT_RUNS}
+        channels = {run: loop.run_until_complete(_make(lambda kind=kind, p=point[run]: _aio_channel(kind, *p)))
+                    for run, kind in kinds.items()}
         metadata = point.get("metadata", {})
         results[f"aio_{name}"] = {str(inflight): _compare(
             {run: _aio_runner(loop, _aio_one(channel, point["kind"], metadata.get(run)), calls, inflight)
@@ -394,7 +400,8 @@ def _sync_points(port: int, calls: int, rounds: int, inflights: List[int], wante
     for name, point in _points(port).items():
         if not wanted(f"sync_{name}"):
             continue
-        channels = {run: _sync_channel(run, *point[run]) for run in point if run not in _NOT_RUNS}
+        channels = {run: _sync_channel("plain" if point.get("grpcio_only") else run, *point[run])
+                    for run in point if run not in _NOT_RUNS}
         metadata = point.get("metadata", {})
         results[f"sync_{name}"] = {str(inflight): _compare(
             {run: _sync_runner(_sync_one(channel, point["kind"], metadata.get(run)), calls, inflight)
