@@ -175,7 +175,7 @@ class _Batch:
                 _DISPATCH.loop = outer
                 if outer is None and _DISPATCH.woken:
                     _DISPATCH.wake(loop)
-        elif self._loop.is_closed():
+        elif loop.is_closed():
             # Its loop closed before C-core completed it (a call cancelled as its channel closed, say): no one waits
             # for it, and grpcio then reads completions under another loop, which must not see the closed one's
             # error. Run as abandoned, the callback only releases what grpcio holds for the batch.
@@ -218,7 +218,8 @@ class _Batch:
 
 class _Dispatch:
     """A `_Batch`'s completion being handed on from grpcio (its loop, None between), and the tasks that calls it
-    ended woke meanwhile (`EndWaiter`): they run as soon as it has been handled, on the same loop turn."""
+    ended woke meanwhile (`EndWaiter`): they run as soon as it has been handled, on the same loop turn. (grpcio
+    reads its completion queue on one loop's thread: one completion is handed on at a time.)"""
 
     __slots__ = ("loop", "woken")
 
@@ -227,26 +228,19 @@ class _Dispatch:
         self.woken: List[EndWaiter] = []
 
     def wake(self, loop: asyncio.AbstractEventLoop) -> None:
-        woken = self.woken
-        self.woken = []
+        woken, self.woken = self.woken, []
         i, n = 0, len(woken)
-        if _current_task(loop) is not None:  # handed on inside a task (not grpcio's own way): a loop turn later
+        try:
+            if _current_task(loop) is None:  # (else handed on inside a task, not grpcio's own way)
+                while i < n:
+                    waiter = woken[i]
+                    i += 1
+                    waiter._run()
+        finally:  # the rest (all, inside a task; after a SystemExit or KeyboardInterrupt) a loop turn later
             while i < n:
                 waiter = woken[i]
                 i += 1
                 waiter._run_soon()
-            return
-        while i < n:
-            waiter = woken[i]
-            i += 1
-            try:
-                waiter._run()
-            except BaseException:  # (SystemExit, KeyboardInterrupt) the others still wake, a turn later
-                while i < n:
-                    waiter = woken[i]
-                    i += 1
-                    waiter._run_soon()
-                raise
 
 
 _DISPATCH = _Dispatch()
