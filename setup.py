@@ -3,8 +3,10 @@
 import glob
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,6 +43,41 @@ def _stale(generated: str, source: str) -> bool:
     return os.path.exists(generated) and os.path.getmtime(generated) < os.path.getmtime(source)
 
 
+NATIVE = os.path.join("build", "native")  # the modules' C as linked into one library (written here)
+
+
+def _write(path: str, text: str) -> None:
+    """Write `text` unless the file holds it already (its time then stays, and nothing depending on it rebuilds)."""
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def native(modules):
+    """grpc_retry._native (_cython/_native.pyx): every compiled module in one library. `modules`: each module's
+    dotted name and its C. Each is compiled from a file that renames its init function (the last part of a name is
+    not unique: aio._call, sync._call) and includes its C; _native.pyx makes the modules from the list of those
+    init functions, native_modules.h."""
+    os.makedirs(NATIVE, exist_ok=True)
+    wrappers, entries = [], []
+    for name, c_file in modules:
+        init = "grpc_retry_init_" + name.replace(".", "__")
+        wrapper = os.path.join(NATIVE, name + ".c")
+        include = os.path.relpath(c_file, NATIVE).replace(os.sep, "/")
+        _write(wrapper, f"/* {name}, linked into grpc_retry._native (written by setup.py) */\n"
+                        f"#define PyInit_{name.rsplit('.', 1)[1]} {init}\n#include \"{include}\"\n")
+        wrappers.append(wrapper)
+        entries.append(f'    GRPC_RETRY_MODULE({init}, "{name}")')
+    _write(os.path.join(NATIVE, "native_modules.h"),
+           "/* grpc_retry._native's modules (written by setup.py) */\n#define GRPC_RETRY_MODULES \\\n"
+           + " \\\n".join(entries) + "\n")
+    return Extension("grpc_retry._native", [os.path.join("_cython", "_native.pyx")] + wrappers,
+                     include_dirs=[NATIVE], depends=[c_file for _, c_file in modules])
+
+
 def extensions():
     from Cython.Build import cythonize
 
@@ -54,8 +91,31 @@ def extensions():
     drivers = cythonize([Extension(name, [name.replace(".", os.sep) + ".py"]) for name in COMPILED_MODULES],
                         language_level=3, compiler_directives={"annotation_typing": False, "binding": True},
                         nthreads=JOBS)
-    return core + drivers
+    # Translated to C only: the C is compiled into grpc_retry._native.
+    return cythonize([native([(ext.name, ext.sources[0]) for ext in core + drivers])], language_level=3)
+
+
+class BuildExt(build_ext):
+    """Compiles an extension's C files in parallel (setuptools compiles one extension's files one by one, and
+    grpc_retry._native is all of them)."""
+
+    def build_extension(self, ext):
+        compile_files = self.compiler.compile
+
+        def compile_in_parallel(sources, **kwargs):
+            for source in sources:  # (the directories first: made concurrently, they race)
+                os.makedirs(os.path.dirname(self.compiler.object_filenames([source], output_dir=kwargs.get(
+                    "output_dir") or "")[0]) or ".", exist_ok=True)
+            with ThreadPoolExecutor(JOBS) as pool:
+                return [obj for objects in pool.map(lambda source: compile_files([source], **kwargs), sources)
+                        for obj in objects]
+
+        self.compiler.compile = compile_in_parallel
+        try:
+            super().build_extension(ext)
+        finally:
+            del self.compiler.compile
 
 
 compile_protos()
-setup(ext_modules=extensions(), options={"build_ext": {"parallel": JOBS}})
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})

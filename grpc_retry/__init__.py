@@ -1,6 +1,10 @@
 """grpc_retry: gRFC A6 retries for Python gRPC clients, as a drop-in channel on stock grpcio."""
 
-from grpc_retry._version import __version__, warn_if_untested
+from grpc_retry import _compiled
+
+_compiled.install()  # first: the compiled modules come from one library (grpc_retry/_compiled.py)
+
+from grpc_retry._version import __version__, warn_if_untested  # noqa: E402
 
 warn_if_untested()  # before anything reads grpcio's internals
 

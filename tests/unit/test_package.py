@@ -2,6 +2,7 @@
 
 import ast
 import importlib.metadata
+import os
 import subprocess
 import sys
 
@@ -46,3 +47,32 @@ def test_importing_with_an_untested_grpcio_warns_once(tmp_path):
     seen = ast.literal_eval(done.stdout)
     assert len(seen) == 1 and seen[0][0] == "RuntimeWarning", seen
     assert "grpcio 1.60.0 is installed" in seen[0][1]
+
+
+def test_compiled_modules_come_from_one_library(tmp_path):
+    """Every compiled module (setup.py's COMPILED_MODULES and the core) is made from grpc_retry._native, under its
+    own name; their .py sources are never imported; a reload of the package adds no second finder."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "setup.py")) as f:
+        setup = ast.parse(f.read())
+    compiled = next(ast.literal_eval(node.value) for node in setup.body if isinstance(node, ast.Assign)
+                    and any(getattr(t, "id", "") == "COMPILED_MODULES" for t in node.targets))
+    script = (
+        "import importlib, sys, grpc_retry, grpc_retry.aio\n"
+        "from grpc_retry import _native\n"
+        "importlib.reload(grpc_retry)\n"
+        "finders = [f for f in sys.meta_path if type(f).__name__ == '_Finder']\n"
+        "modules = {name: importlib.import_module(name) for name in sorted(_native.NAMES)}\n"
+        "print(repr((sorted(_native.NAMES), len(finders), sys.meta_path.index(finders[0]),\n"
+        "            {n: (m.__file__ == _native.__file__, m.__name__, type(m.__spec__.loader).__name__)\n"
+        "             for n, m in modules.items()},\n"
+        "            grpc_retry.sync._call.Call.__module__, grpc_retry.aio._call.UnaryUnaryCall.__module__)))\n"
+    )
+    # cwd: not the source tree, whose grpc_retry has no compiled core
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    names, finders, position, modules, sync_call, aio_call = ast.literal_eval(done.stdout)
+    assert names == sorted(compiled + ["grpc_retry._core"])
+    assert finders == 1 and position == 0
+    assert modules == {name: (True, name, "_Loader") for name in names}
+    assert (sync_call, aio_call) == ("grpc_retry.sync._call", "grpc_retry.aio._call")
