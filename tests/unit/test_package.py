@@ -5,6 +5,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+from typing import Any
 
 import grpc
 
@@ -41,10 +42,7 @@ def test_importing_with_an_untested_grpcio_warns_once(tmp_path):
         "    import importlib; importlib.reload(grpc_retry.sync)\n"
         "print([(w.category.__name__, str(w.message)) for w in seen])\n"
     )
-    # cwd: not the source tree, whose grpc_retry has no compiled core
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    seen = ast.literal_eval(done.stdout)
+    seen = _printed(script, tmp_path)
     assert len(seen) == 1 and seen[0][0] == "RuntimeWarning", seen
     assert "grpcio 1.60.0 is installed" in seen[0][1]
 
@@ -68,11 +66,16 @@ def test_compiled_modules_come_from_one_library(tmp_path):
         "             for n, m in modules.items()},\n"
         "            grpc_retry.sync._call.Call.__module__, grpc_retry.aio._call.UnaryUnaryCall.__module__)))\n"
     )
-    # cwd: not the source tree, whose grpc_retry has no compiled core
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    names, finders, position, modules, sync_call, aio_call = ast.literal_eval(done.stdout)
+    names, finders, position, modules, sync_call, aio_call = _printed(script, tmp_path)
     assert names == sorted(compiled + ["grpc_retry._core"])
     assert finders == 1 and position == 0
     assert modules == {name: (True, name, "_Loader") for name in names}
     assert (sync_call, aio_call) == ("grpc_retry.sync._call", "grpc_retry.aio._call")
+
+
+def _printed(script: str, cwd: object) -> Any:
+    """What `script`, run by a fresh interpreter, printed (a literal). cwd: not the source tree, whose grpc_retry has
+    no compiled core."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout)
