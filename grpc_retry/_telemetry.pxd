@@ -11,9 +11,15 @@ cdef dict _EVENT_ATTRIBUTES
 cdef dict _attributes(event, n, name, value)
 cpdef _debug_logged()
 
+cdef class _Metrics:
+    cdef public object retries, transparent, hedges, retry_delay, duration, record_delay, record_duration
+
+
 cdef class Telemetry:
-    cdef public object target, throttle, metrics, meter_provider, tracer, _trace_api, _propagate, _baggage
+    cdef public _Metrics metrics
+    cdef public object target, throttle, meter_provider, tracer, _trace_api, _propagate, _baggage
     cdef public object _context_api, _current, _client, _textmap, _span_context, _span_key, _no_state
+    cdef public bint _textmap_global
     cdef public dict _methods, _ends, _attempts, _hosts
     cpdef with_span(self, span, context)
     cdef bint _w3c_only(self) except -1
@@ -37,7 +43,7 @@ cdef class CallTelemetry:
     cdef _status(self, note, decision, tracing)
     cdef _decision(self, note, tracing)
     cdef _commit(self, note, tracing)
-    @cython.locals(ends=dict, machine=CallMachine)
+    @cython.locals(ends=dict, machine=CallMachine, metrics=_Metrics)
     cdef _end(self, note, tracing)
     cdef _end_attempt_span(self, n, name, code)
     cdef _event(self, name, attributes)

@@ -149,6 +149,9 @@ class _Metrics:
         self.duration = histogram("grpc.client.call.duration", "s",
                                   "Time from the start to the end of the client call, as the application sees it.",
                                   LATENCY_BUCKETS)
+        # What every call records, bound once (a call is then one C call, not a lookup of `record` by name)
+        self.record_delay = self.retry_delay.record
+        self.record_duration = self.duration.record
 
 
 # Adaptive hedging's state per method (the delay before its next hedge now, its hedges not sent for budget),
@@ -230,7 +233,7 @@ class Telemetry:
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
                  "_baggage", "_context_api", "_current", "_client", "_textmap", "_span_context", "_span_key",
-                 "_no_state", "_methods", "_ends", "_attempts", "_hosts")
+                 "_no_state", "_textmap_global", "_methods", "_ends", "_attempts", "_hosts")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -246,6 +249,7 @@ class Telemetry:
         self._current: Any = None  # () -> the caller's OpenTelemetry context (context.get_current, or what it reads)
         self._client: Any = None  # SpanKind.CLIENT (an enum member: read once)
         self._textmap: Tuple[Any, bool] = (None, False)  # the propagator last seen, and whether it is the default
+        self._textmap_global = False  # whether that propagator is read from the module global it is kept in
         self._span_context: Any = None  # OpenTelemetry's SpanContext, when its fields are a tuple's, in order
         self._span_key: Any = None  # (Context's class, the key of its span) when a span is set in it as a dict item
         self._no_state: Any = None  # the empty TraceState a span's context has unless it was given one
@@ -280,6 +284,9 @@ class Telemetry:
             self._span_context = _tuple_span_context(trace)
             self._span_key = _span_key(trace, context)
             self._no_state = getattr(trace, "DEFAULT_TRACE_STATE", None)
+            # get_global_textmap() returns the module's _HTTP_TEXT_FORMAT, as it has always done: read it there
+            # (a lookup, where the call is a Python call each time)
+            self._textmap_global = getattr(propagate, "_HTTP_TEXT_FORMAT", None) is propagate.get_global_textmap()
 
     def with_span(self, span: Any, context: Any) -> Any:
         """trace.set_span_in_context(span, context), without its two Python calls where its Context is known."""
@@ -294,7 +301,8 @@ class Telemetry:
     def _w3c_only(self) -> bool:
         """Whether the process's propagator is OpenTelemetry's default (W3C trace context, then W3C baggage): with
         no baggage, the trace context is then all it would write."""
-        textmap = self._propagate.get_global_textmap()
+        propagate = self._propagate
+        textmap = propagate._HTTP_TEXT_FORMAT if self._textmap_global else propagate.get_global_textmap()
         seen, default = self._textmap
         if textmap is not seen:
             from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -595,13 +603,13 @@ class CallTelemetry:
                 metrics.hedges.record(hedges, labels)
             if transparent:
                 metrics.transparent.record(transparent, labels)
-            metrics.retry_delay.record(machine.idle_time, labels)
+            metrics.record_delay(machine.idle_time, labels)
             with_status = by_code.get(code)
             if with_status is None:
                 with_status = {**labels, "grpc.status": name}
                 if len(by_code) < 32:  # (codes beyond gRPC's are names of their own)
                     by_code[code] = with_status
-            metrics.duration.record(duration, with_status)
+            metrics.record_duration(duration, with_status)
         span = self._span
         if span is not None:
             # Most calls end alike (one attempt, OK): their attributes are made once and shared (never changed)

@@ -22,9 +22,10 @@ from grpc_retry._core import traceparent
 from grpc_retry._telemetry import CallTelemetry, Telemetry
 
 
-def started_call(tracer_provider: Any) -> CallTelemetry:
-    """A call whose first attempt has started, telemetry on (spans)."""
-    telemetry = Telemetry("127.0.0.1:1", None, None, tracer_provider)
+def started_call(tracer_provider: Any, telemetry: Optional[Telemetry] = None) -> CallTelemetry:
+    """A call whose first attempt has started, telemetry on (spans): of a new channel, or of `telemetry`'s."""
+    if telemetry is None:
+        telemetry = Telemetry("127.0.0.1:1", None, None, tracer_provider)
     m = machine()
     call = telemetry.observe("/echo.Echo/Unary", m, ["ipv4:127.0.0.1:1"])
     assert call is not None
@@ -166,6 +167,14 @@ def test_an_application_s_propagator_is_the_one_used(global_textmap: None) -> No
     propagate.set_global_textmap(CompositePropagator([W3CBaggagePropagator(), TraceContextTextMapPropagator()]))
     call = started_call(TracerProvider())
     assert dict(call.wire_context(0)) == propagated(call)  # not the default's order: the propagator's own
+
+
+def test_a_propagator_set_after_the_channel_is_made_is_used_by_its_next_call(global_textmap: None) -> None:
+    provider = TracerProvider()
+    telemetry = Telemetry("127.0.0.1:1", None, None, provider)
+    assert dict(started_call(provider, telemetry).wire_context(0)).keys() == {"traceparent"}
+    propagate.set_global_textmap(Custom())
+    assert dict(started_call(provider, telemetry).wire_context(0)).keys() == {"x-trace"}
 
 
 def test_the_attempts_parent_is_what_set_span_in_context_makes() -> None:
