@@ -66,7 +66,6 @@ def otel_switch() -> Tuple[bool, bool]:
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _WHY = {RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent retry"}
 _TYPES = {ORIGINAL: "original", RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent_retry"}
-_DECISIONS = (NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_STOP)
 _STOPS = {"throttled": "throttled", "pushback_stop": "pushback", "hedge_budget": "hedge budget spent"}
 
 # A66's bucket boundaries for latencies (seconds); for counts, C-core's for its retry histograms.
@@ -76,6 +75,10 @@ LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0
 COUNT_BUCKETS = (1, 2, 3, 4, 5)
 
 _ATTEMPT_NAMES = tuple(f"attempt {n}" for n in range(1, 9))  # attempt spans' names
+_NAMES = tuple(_CODE_NAMES.get(code) or str(code) for code in range(17))  # status code -> its name
+# The first attempt's span events, the same for every call: "attempt ended" by status code, "committed" by cause
+_FIRST_ENDED = tuple({"attempt": 1, "grpc.status": name} for name in _NAMES)
+_FIRST_COMMITTED = ({"attempt": 1, "cause": "answered"}, {"attempt": 1, "cause": "replay buffer full"})
 _call_ids = itertools.count(1)  # next() is atomic under the GIL: ids unique within the process
 # Span events' attributes, made once for each set of values (most calls' are alike) and shared, never changed
 # (OpenTelemetry's SDK copies what it is given): (event, attempt, value) -> attributes. (Attempt spans' are the
@@ -233,7 +236,7 @@ class Telemetry:
 
     __slots__ = ("target", "throttle", "metrics", "meter_provider", "tracer", "_trace_api", "_propagate",
                  "_baggage", "_context_api", "_current", "_client", "_textmap", "_span_context", "_span_key",
-                 "_no_state", "_textmap_global", "_methods", "_ends", "_attempts", "_hosts")
+                 "_no_state", "_textmap_global", "_methods", "_ends", "_attempts", "_firsts", "_hosts")
 
     def __init__(self, target: str, throttle: Optional[RetryThrottle], meter_provider: Any = None,
                  tracer_provider: Any = None) -> None:
@@ -256,10 +259,12 @@ class Telemetry:
         # method -> its span name, span attributes, metric labels and (per status code, filled as they come) the
         # duration's labels, made once (each call would make them anew)
         self._methods: Dict[str, _MethodLabels] = {}
-        # (attempts, retries, hedges, transparent retries, reason, code) -> a call span's attributes at its end
-        self._ends: Dict[Tuple[int, ...], Dict[str, Any]] = {}
+        # (attempts, retries, hedges, transparent retries, reason, code), packed in one int -> a call span's
+        # attributes at its end
+        self._ends: Dict[int, Dict[str, Any]] = {}
         # (attempt, its type, previous attempts, backend) -> an attempt span's attributes (shared, as _ends')
         self._attempts: Dict[Tuple[int, int, int, str], Dict[str, Any]] = {}
+        self._firsts: Dict[str, Dict[str, Any]] = {}  # a subchannel's address -> its first attempts' (the same)
         self._hosts: Dict[str, str] = {}  # a subchannel's address ("ipv4:host:port") -> its host:port
         try:
             import opentelemetry.metrics as metrics
@@ -335,7 +340,21 @@ class Telemetry:
         if self.metrics is None and self.tracer is None and not tracing:
             return None
         machine.notes = []
-        return CallTelemetry(self, method, machine, addresses, tracing)
+        call = CallTelemetry.__new__(CallTelemetry)  # (compiled: no arguments parsed)
+        call._begin(self, method, machine, addresses, tracing)
+        return call
+
+
+def _is_decision(kind: int) -> bool:
+    """Whether a note of this kind is a decision (one that follows an attempt's status goes on its line)."""
+    return kind == NOTE_BACKOFF or kind == NOTE_HEDGE_NOW or kind == NOTE_TRANSPARENT or kind == NOTE_STOP
+
+
+def _code_name(code: int) -> str:
+    """A status code's name (its number, for one beyond gRPC's)."""
+    if 0 <= code < len(_NAMES):
+        return _NAMES[code]
+    return _CODE_NAMES.get(code) or str(code)
 
 
 def _attributes(event: str, n: int, name: str, value: Any) -> Dict[str, Any]:
@@ -409,29 +428,38 @@ def _tuple_span_context(trace: Any) -> Any:
 
 
 class CallTelemetry:
-    """One logical call's trace lines, span and metrics, from its machine's notes."""
+    """One logical call's trace lines, span and metrics, from its machine's notes. Most calls are one attempt
+    that answers: its span and status are kept in fields of their own (no dict made or freed for them)."""
 
     __slots__ = ("_channel", "_method", "_labels", "_machine", "_addresses", "_tracing", "_id", "_started", "_span",
-                 "_context", "_parent", "_baggage", "_attempt_spans", "_where", "_codes", "_ended")
+                 "_context", "_parent", "_baggage", "_span0", "_code0", "_attempt_spans", "_where", "_codes",
+                 "_ended")
 
     def __init__(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str],
                  tracing: bool) -> None:
+        self._begin(channel, method, machine, addresses, tracing)
+
+    def _begin(self, channel: Telemetry, method: str, machine: CallMachine, addresses: List[str],
+               tracing: bool) -> None:
+        """What __init__ does, as a C call (Telemetry.observe makes the object without parsing arguments)."""
         self._channel = channel
         self._method = method
         self._labels = self._channel.method(method)  # (self._channel: a C call when compiled, channel a lookup)
         self._machine = machine
         self._addresses = addresses   # the subchannels' list: index -> "host:port", grows, never reorders
         self._tracing = tracing
-        self._id = next(_call_ids)
+        self._id = next(_call_ids) if tracing else 0  # (only the log names calls)
         self._started = perf_counter()
         self._where: Optional[Dict[int, str]] = {} if tracing else None  # attempt -> its backend, for the log
-        self._codes: Dict[int, int] = {}   # attempt -> its status code
+        self._code0 = -1   # attempt 0's status code (-1: not yet)
+        self._codes: Optional[Dict[int, int]] = None   # later attempts' -> their status codes
         self._ended = False
         self._span: Any = None
         self._context: Any = None  # the caller's OpenTelemetry context: every attempt's, on whatever thread
         self._parent: Any = None   # it with the call's span: the attempts' spans' parent
         self._baggage = False      # whether the caller's context has baggage
-        self._attempt_spans: Dict[int, Any] = {}
+        self._span0: Any = None    # attempt 0's span, until it ends
+        self._attempt_spans: Optional[Dict[int, Any]] = None  # later attempts' spans, until they end
         if channel.tracer is not None:
             self._start_call()
 
@@ -444,9 +472,15 @@ class CallTelemetry:
         self._parent = api.with_span(span, caller)
         self._baggage = bool(caller) and bool(api._baggage.get_all(caller))  # (an empty context has none)
 
+    def attempt_span(self, n: int) -> Any:
+        """Attempt n's span while it is open, else None."""
+        if n == 0:
+            return self._span0
+        return None if self._attempt_spans is None else self._attempt_spans.get(n)
+
     def wire_context(self, n: int) -> Tuple[Tuple[str, str], ...]:
         """Attempt n's span as the trace context that goes on the wire (traceparent, tracestate), or ()."""
-        span = self._attempt_spans.get(n)
+        span = self._span0 if n == 0 else self.attempt_span(n)
         if span is None:
             return ()
         api = self._channel
@@ -475,13 +509,14 @@ class CallTelemetry:
         if notes is None:
             return
         tracing = self._tracing
+        count = len(notes)
         i = 0
-        while i < len(notes):
+        while i < count:
             note = notes[i]
-            kind = note[0]
+            kind = note[0]  # (a C int, compared with the kinds as C ints: _telemetry.pxd)
             if kind == NOTE_STATUS:
                 # An attempt's end and the decision it led to: one line.
-                decision = notes[i + 1] if i + 1 < len(notes) and notes[i + 1][0] in _DECISIONS else None
+                decision = notes[i + 1] if i + 1 < count and _is_decision(notes[i + 1][0]) else None
                 self._status(note, decision, tracing)
                 i += 2 if decision is not None else 1
                 continue
@@ -502,13 +537,20 @@ class CallTelemetry:
     def _start(self, note: Tuple[Any, ...], tracing: bool) -> None:
         _, n, address, previous, why, after = note
         api = self._channel
-        where = self._addresses[address] if 0 <= address < len(self._addresses) else "?"
-        short = api._hosts.get(where)  # (the same str each time: its hash kept)
-        if short is None:
-            short = where[5:] if where.startswith(("ipv4:", "ipv6:")) else where
+        backend = self._addresses[address] if 0 <= address < len(self._addresses) else "?"
+        first = n == 0 and why == ORIGINAL and previous == 0
+        if first and self._span is not None and not tracing:
+            # The usual call's first attempt: its span's attributes are its backend's alone, kept by its address
+            attributes = api._firsts.get(backend)
+            if attributes is not None:
+                self._span0 = api.tracer.start_span(_ATTEMPT_NAMES[0], context=self._parent, kind=api._client,
+                                                    attributes=attributes)
+                return
+        where = api._hosts.get(backend)  # (the same str each time: its hash kept)
+        if where is None:
+            where = backend[5:] if backend.startswith(("ipv4:", "ipv6:")) else backend
             if len(api._hosts) < 4096:
-                api._hosts[where] = short
-        where = short
+                api._hosts[backend] = where
         if self._where is not None:
             self._where[n] = where
         if self._span is not None:  # each attempt's span, a child of the call's
@@ -519,10 +561,17 @@ class CallTelemetry:
                               "grpc_retry.previous_attempts": previous, "server.address": where}
                 if len(api._attempts) < 1024:
                     api._attempts[key] = attributes
-            self._attempt_spans[n] = api.tracer.start_span(
-                _ATTEMPT_NAMES[n] if n < len(_ATTEMPT_NAMES) else f"attempt {n + 1}", context=self._parent,
-                kind=api._client, attributes=attributes)
-        if why in _WHY:
+            if first and len(api._firsts) < 1024:
+                api._firsts[backend] = attributes
+            span = api.tracer.start_span(_ATTEMPT_NAMES[n] if n < len(_ATTEMPT_NAMES) else f"attempt {n + 1}",
+                                         context=self._parent, kind=api._client, attributes=attributes)
+            if n == 0:
+                self._span0 = span
+            else:
+                if self._attempt_spans is None:
+                    self._attempt_spans = {}
+                self._attempt_spans[n] = span
+        if why != ORIGINAL:  # (a retry, hedge or transparent retry)
             text = f"{_WHY[why]} {n + 1} on {where}" + (f" after {after * 1000:.0f} ms" if why == HEDGE else "")
             if tracing:
                 log.debug("call %d %s → %s", self._id, self._method, text)
@@ -532,11 +581,17 @@ class CallTelemetry:
 
     def _status(self, note: Tuple[Any, ...], decision: Optional[Tuple[Any, ...]], tracing: bool) -> None:
         _, n, code = note
-        self._codes[n] = code
-        name = _CODE_NAMES.get(code) or str(code)
+        if n == 0:
+            self._code0 = code
+        else:
+            if self._codes is None:
+                self._codes = {}
+            self._codes[n] = code
+        name = _code_name(code)
         self._end_attempt_span(n, name, code)
         if self._span is not None:
-            self._span.add_event("attempt ended", _attributes("attempt ended", n, "grpc.status", name))
+            self._span.add_event("attempt ended", _FIRST_ENDED[code] if n == 0 and 0 <= code < len(_FIRST_ENDED)
+                                 else _attributes("attempt ended", n, "grpc.status", name))
         what = self._decision(decision, False) if decision is not None else None
         if tracing:
             log.debug("%s: %s%s", self._prefix(n), name, f" → {what}" if what else "")
@@ -576,7 +631,8 @@ class CallTelemetry:
         if tracing:
             log.debug("%s: committed (%s)", self._prefix(n), why)
         if self._span is not None:
-            self._span.add_event("committed", _attributes("committed", n, "cause", why))
+            self._span.add_event("committed", _FIRST_COMMITTED[cause == COMMIT_OVERFLOW] if n == 0
+                                 else _attributes("committed", n, "cause", why))
 
     def _end(self, note: Tuple[Any, ...], tracing: bool) -> None:
         if self._ended:
@@ -585,15 +641,17 @@ class CallTelemetry:
         _, reason, code, n = note
         machine = self._machine
         if code < 0:  # delivered: attempt n's status
-            code = self._codes.get(n, 0)
-        name = _CODE_NAMES.get(code) or str(code)
+            if n == 0:
+                code = self._code0 if self._code0 >= 0 else 0
+            else:
+                code = 0 if self._codes is None else self._codes.get(n, 0)
+        name = _code_name(code)
         duration = perf_counter() - self._started
         retries, hedges = machine.retries, machine.hedges
         transparent = machine.transparent_retries
-        why = REASONS[reason]
         if tracing:
-            log.debug("call %d %s ended %s: %s after %d attempt%s (%.1f ms)", self._id, self._method, name, why,
-                      machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
+            log.debug("call %d %s ended %s: %s after %d attempt%s (%.1f ms)", self._id, self._method, name,
+                      REASONS[reason], machine.attempts, "" if machine.attempts == 1 else "s", duration * 1000)
         metrics = self._channel.metrics
         if metrics is not None:
             _, _, labels, by_code = self._labels
@@ -612,18 +670,25 @@ class CallTelemetry:
             metrics.record_duration(duration, with_status)
         span = self._span
         if span is not None:
-            # Most calls end alike (one attempt, OK): their attributes are made once and shared (never changed)
-            counts = (machine.attempts, retries, hedges, transparent, reason, code)
+            # Most calls end alike (one attempt, OK): their attributes are made once and shared (never changed),
+            # found by the counts, reason and code packed into one int (a tuple's hash and compare cost more)
+            attempts = machine.attempts
+            key = -1
+            if attempts < 64 and retries < 64 and hedges < 64 and transparent < 64 and 0 <= code < 1024:
+                key = ((((attempts * 64 + retries) * 64 + hedges) * 64 + transparent) * 32 + reason) * 1024 + code
             ends = self._channel._ends
-            attributes = ends.get(counts)
+            attributes = ends.get(key) if key >= 0 else None
             if attributes is None:
-                attributes = {"grpc_retry.attempts": counts[0], "grpc_retry.retries": retries,
+                attributes = {"grpc_retry.attempts": attempts, "grpc_retry.retries": retries,
                               "grpc_retry.hedges": hedges, "grpc_retry.transparent_retries": transparent,
-                              "grpc_retry.reason": why, "rpc.grpc.status_code": code}
-                if len(ends) < 64:
-                    ends[counts] = attributes
+                              "grpc_retry.reason": REASONS[reason], "rpc.grpc.status_code": code}
+                if key >= 0 and len(ends) < 64:
+                    ends[key] = attributes
             span.set_attributes(attributes)
-            if self._attempt_spans:  # attempts the call cancelled (losing hedges, at its end)
+            # attempts the call cancelled (losing hedges, at its end)
+            if self._span0 is not None:
+                self._end_attempt_span(0, "CANCELLED", 1)
+            if self._attempt_spans:
                 for n in list(self._attempt_spans):
                     self._end_attempt_span(n, "CANCELLED", 1)
             if code != 0:
@@ -631,7 +696,10 @@ class CallTelemetry:
             span.end()
 
     def _end_attempt_span(self, n: int, name: str, code: int) -> None:
-        span = self._attempt_spans.pop(n, None)
+        if n == 0:
+            span, self._span0 = self._span0, None
+        else:
+            span = None if self._attempt_spans is None else self._attempt_spans.pop(n, None)
         if span is not None:
             span.set_attribute("rpc.grpc.status_code", code)
             if code != 0:

@@ -37,7 +37,7 @@ def started_call(tracer_provider: Any, telemetry: Optional[Telemetry] = None) ->
 def propagated(call: CallTelemetry, n: int = 0) -> Dict[str, str]:
     """What the global propagator itself writes for attempt n's span."""
     carrier: Dict[str, str] = {}
-    span = call._attempt_spans[n]
+    span = call.attempt_span(n)
     propagate.inject(carrier, context=trace.set_span_in_context(span))
     return carrier
 
@@ -86,7 +86,7 @@ def test_the_default_propagator_s_headers_for_each_attempt() -> None:
     call = started_call(TracerProvider())
     wire = call.wire_context(0)
     assert dict(wire) == propagated(call) and [key for key, _ in wire] == ["traceparent"]
-    span_context = call._attempt_spans[0].get_span_context()
+    span_context = call.attempt_span(0).get_span_context()
     assert wire[0][1] == f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
     assert call.wire_context(1) == ()  # no such attempt
 
