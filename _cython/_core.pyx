@@ -7,6 +7,7 @@ Sans-I/O: nothing here touches grpcio, threads, asyncio or the clock. The driver
 with the current time and perform the actions that come back. Each topic lives in its own include file.
 """
 
+from cpython.long cimport PyLong_AsUnsignedLongLongMask
 from libc.math cimport INFINITY
 
 include "status.pxi"

@@ -21,7 +21,7 @@ cpdef str traceparent(object trace_id, object span_id, object flags):
     if not 0 <= flags < 256:  # (not a byte: written in full, as the propagator's format writes it)
         return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     cdef unsigned long long high = trace_id >> 64
-    cdef unsigned long long low = trace_id & 0xFFFFFFFFFFFFFFFF
+    cdef unsigned long long low = PyLong_AsUnsignedLongLongMask(trace_id)  # (its low 64 bits: no int made)
     cdef unsigned long long span = span_id
     cdef unsigned char flag_byte = flags
     header[0] = b'0'

@@ -18,10 +18,12 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
 - `unary_otel` (with opentelemetry-sdk installed): the unary point with an OpenTelemetry SDK meter provider and
   tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
   them); the other points have telemetry off, as by default.
-- `unary_otel_own`: the unary point with providers that switch grpc_retry's telemetry on but hand out the API's
-  no-op meter and spans that are recorded but keep nothing; `own_share_us` is its CPU per call over the same
-  channel's with telemetry off, whose calls carry a trace context header of the same length (its transport is
-  grpcio's cost for any traced call): grpc_retry's own share of the cost of telemetry, without the SDK's.
+- `unary_otel_own`: the unary point with providers that switch grpc_retry's telemetry on and whose objects do
+  nothing, at the cost of a C call each (the spans' and histograms' methods are C builtins that take the same
+  arguments); `own_share_us` is its CPU per call over the same channel's with telemetry off, whose calls carry a
+  trace context header of the same length (its transport is grpcio's cost for any traced call): grpc_retry's own
+  share of the cost of telemetry, without the SDK's. `own_share_noop_api_us`: the same with the API's no-op meter
+  and a no-op span class of the API's (each of their methods a Python frame of OpenTelemetry's, counted as ours).
 - `channel_first_call`: wall time to make a channel and have its first call answered, 1 and 300 addresses,
   grpc_retry's over grpcio's (medians of alternating tries).
 
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
+import itertools
 import json
 import multiprocessing
 import statistics
@@ -147,8 +151,9 @@ def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> di
     samples = _alternate(runs, calls, rounds)
     result = summarize(samples["plain"], samples["ours"])
     if "ours_telemetry_off" in samples:  # grpc_retry's own telemetry work: the same call, telemetry off
-        result["own_share_us"] = round(statistics.median(
-            o - b for o, b in zip(samples["ours"], samples["ours_telemetry_off"], strict=True)) * 1e6, 1)
+        for run, key in (("ours", "own_share_us"), ("ours_noop_api", "own_share_noop_api_us")):
+            result[key] = round(statistics.median(
+                o - b for o, b in zip(samples[run], samples["ours_telemetry_off"], strict=True)) * 1e6, 1)
     for run in ("ours", "plain"):
         if f"{run}_one_address" in samples:
             result[f"{'' if run == 'ours' else 'plain_'}vs_one_address"] = round(statistics.median(
@@ -211,7 +216,9 @@ def _points(port: int) -> Dict[str, dict]:
         # The calls with telemetry off carry a trace context header as long as the one grpc_retry then adds:
         # what that header costs grpcio's transport is every traced call's, not grpc_retry's own.
         points["unary_otel_own"] = {"kind": "unary", "plain": (one, RETRY_CONFIG, []),
-                                    "ours": (one, RETRY_CONFIG, own), "ours_telemetry_off": (one, RETRY_CONFIG, []),
+                                    "ours": (one, RETRY_CONFIG, own),
+                                    "ours_noop_api": (one, RETRY_CONFIG, otel_own_options(noop_api=True)),
+                                    "ours_telemetry_off": (one, RETRY_CONFIG, []),
                                     "metadata": {"ours_telemetry_off": TRACE_HEADER}}
     return points
 
@@ -219,22 +226,18 @@ def _points(port: int) -> Dict[str, dict]:
 TRACE_HEADER = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
 
 
-def otel_own_options() -> list:
+def otel_own_options(noop_api: bool = False) -> list:
     """Providers that turn grpc_retry's metrics and spans on (they are not OpenTelemetry's no-op ones, which
-    turn them off) but hand out the API's no-op meter and a tracer of spans that are recorded (sampled) and keep
-    nothing: what is left is grpc_retry's own work per call, with the API's propagator and no-op calls
-    ([] without opentelemetry-api)."""
+    turn them off) and whose objects keep nothing: spans that are recorded (sampled: grpc_retry fills them in),
+    with a valid context (its trace context goes on the wire). What is left is grpc_retry's own work per call.
+    Their methods are C builtins that take the same arguments and return at once (a span method's work, however
+    little, is the provider's); with `noop_api`, the API's no-op meter and a span class of the API's, whose
+    methods are Python functions ([] without opentelemetry-api)."""
     try:
         from opentelemetry import metrics, trace
     except ImportError:
         return []
 
-    class Meters(metrics.MeterProvider):
-        def get_meter(self, name, *args, **kwargs):
-            return metrics.NoOpMeter(name)
-
-    # Spans that say they record (as a sampled SDK span does: grpc_retry then fills them in) but keep nothing,
-    # with a valid context (as the SDK's: its trace context goes on the wire).
     context = trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False,
                                 trace.TraceFlags(trace.TraceFlags.SAMPLED))
 
@@ -242,9 +245,31 @@ def otel_own_options() -> list:
         def is_recording(self):
             return True
 
+    class Bare(trace.NonRecordingSpan):
+        # C callables as class attributes are not descriptors: called as they are, without the span
+        end = tuple  # end()
+        set_attribute = slice  # set_attribute(key, value)
+        set_attributes = len  # set_attributes(attributes)
+        add_event = slice  # add_event(name, attributes)
+        get_span_context = itertools.repeat(context).__next__
+        is_recording = itertools.repeat(True).__next__
+
+    bare = Bare(context)
+
+    class Histogram:
+        record = slice  # record(value, attributes)
+
+    class Meter(metrics.NoOpMeter):
+        def create_histogram(self, *args, **kwargs):
+            return Histogram()
+
     class Tracer(trace.NoOpTracer):
         def start_span(self, *args, **kwargs):
-            return Recorded(context)
+            return Recorded(context) if noop_api else bare
+
+    class Meters(metrics.MeterProvider):
+        def get_meter(self, name, *args, **kwargs):
+            return metrics.NoOpMeter(name) if noop_api else Meter(name)
 
     class Tracers(trace.TracerProvider):
         def get_tracer(self, *args, **kwargs):
@@ -469,13 +494,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds per channel and point")
     parser.add_argument("--inflight", default="1,16,128", help="calls in flight at each point, comma-separated")
     parser.add_argument("--points", default="", help="comma-separated names (aio_unary, sync_hedged_unary, "
-                        "channel_first_call, ...): only these; a name ending in * is a prefix")
+                        "channel_first_call, ...): only these; * matches any part of a name ('*_otel_own')")
     args = parser.parse_args(argv)
     inflights = [int(n) for n in args.inflight.split(",")]
     patterns = [p for p in args.points.split(",") if p]
 
     def wanted(name: str) -> bool:
-        return not patterns or any(name == p or p.endswith("*") and name.startswith(p[:-1]) for p in patterns)
+        return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
     process, port = start_server()
     # One event loop for the run: grpc.aio before 1.71 cannot move to a second loop once its first is closed.
