@@ -631,7 +631,7 @@ class CallTelemetry:
         if tracing:
             log.debug("%s: committed (%s)", self._prefix(n), why)
         if self._span is not None:
-            self._span.add_event("committed", _FIRST_COMMITTED[cause == COMMIT_OVERFLOW] if n == 0
+            self._span.add_event("committed", _FIRST_COMMITTED[1 if cause == COMMIT_OVERFLOW else 0] if n == 0
                                  else _attributes("committed", n, "cause", why))
 
     def _end(self, note: Tuple[Any, ...], tracing: bool) -> None:
@@ -674,7 +674,8 @@ class CallTelemetry:
             # found by the counts, reason and code packed into one int (a tuple's hash and compare cost more)
             attempts = machine.attempts
             key = -1
-            if attempts < 64 and retries < 64 and hedges < 64 and transparent < 64 and 0 <= code < 1024:
+            if attempts < 64 and retries < 64 and hedges < 64 and transparent < 64 and 0 <= reason < 32 \
+                    and 0 <= code < 1024:
                 key = ((((attempts * 64 + retries) * 64 + hedges) * 64 + transparent) * 32 + reason) * 1024 + code
             ends = self._channel._ends
             attributes = ends.get(key) if key >= 0 else None
