@@ -12,12 +12,17 @@ import grpc
 
 from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import health
-from grpc_retry._backends.subchannels import RETIRE_GRACE, Subchannels
+from grpc_retry._backends.subchannels import RETIRE_GRACE, SHUTDOWN, Subchannels
+
+# How long close() waits for its subchannels' watches to see their channels closed: within milliseconds, unless
+# a call the application still holds keeps a channel open in C-core (that watch is then cancelled as before).
+WATCHES_END = 0.05
 
 
 class AioSubchannels(Subchannels):
     def __init__(self, *args: Any) -> None:
         self._tasks: List[Optional[asyncio.Task[Any]]] = []
+        self._ending: Set[asyncio.Task[Any]] = set()  # watches of dropped channels, ending as those close
         self._retired: Set[Any] = set()  # channels whose address vanished, closing once their calls end
         self._health_tasks: Dict[int, asyncio.Task[None]] = {}
         weakref.finalize(self, _cancel_tasks, self._health_tasks)
@@ -47,10 +52,14 @@ class AioSubchannels(Subchannels):
         self._tasks[index] = asyncio.get_running_loop().create_task(self._watch_loop(index, channel, connect))
 
     def _unwatch(self, index: int) -> None:
+        # Not cancelled: the watch ends by itself when its channel's close reaches it. Cancelled, it would leave
+        # its state watch pending in C-core until then, and grpc.aio before 1.71 hangs for good when its last
+        # channel is collected while one is (it waits for its completion queue to drain).
         if index < len(self._tasks):
             task, self._tasks[index] = self._tasks[index], None
-            if task is not None:
-                task.cancel()
+            if task is not None and not task.done():
+                self._ending.add(task)
+                task.add_done_callback(self._ending.discard)
 
     def _watch_health(self, index: int, channel: Any) -> None:
         assert self.health_service is not None
@@ -72,7 +81,7 @@ class AioSubchannels(Subchannels):
     async def _watch_loop(self, index: int, channel: grpc.aio.Channel, connect: bool) -> None:
         try:
             state = channel.get_state(connect)
-            while True:
+            while state.value[0] != SHUTDOWN:  # closed: its watch in C-core has ended
                 self.on_state(index, channel, state.value[0])
                 await channel.wait_for_state_change(state)
                 state = channel.get_state(False)
@@ -112,6 +121,11 @@ class AioSubchannels(Subchannels):
         for channel in channels:
             if channel is not None:
                 await channel.close(grace)
+        if self._ending:
+            ending = set(self._ending)
+            await asyncio.wait(ending, timeout=WATCHES_END)
+            for task in ending:
+                task.cancel()  # its channel held open by a call (grpc.aio before 1.71 may then hang when collected)
         # The attempts this cancelled finish in C-core a moment later; let their completions run on this loop
         # now, or grpc.aio hands them to a loop that may be closed by then (and drops other loops' events).
         for _ in range(3):

@@ -253,6 +253,34 @@ channel.close()
     assert "skipping fork() handlers" not in done.stderr, done.stderr[-3000:]
 
 
+def test_an_asyncio_channel_of_300_addresses_closed_lets_grpc_aio_shut_down(wildcard_pod):
+    """grpc.aio before 1.71, collecting its last channel, waits for every operation pending in C-core. A subchannel's
+    state watch cancelled on the asyncio side stayed pending until its channel's close reached it, and a process
+    that dropped a closed grpc_retry channel of 300 addresses hung there for good (grpcio 1.70: every time)."""
+    code = f"""
+import asyncio, gc, json, os, threading, grpc_retry.aio
+target = "ipv4:" + ",".join(f"127.0.{{i // 250}}.{{i % 250 + 1}}:{wildcard_pod}" for i in range(300))
+config = json.dumps({{"loadBalancingConfig": [{{"round_robin": {{}}}}]}})
+
+async def main():
+    channel = grpc_retry.aio.insecure_channel(target, [("grpc.service_config", config)])
+    unary = channel.unary_unary("{deploy.UNARY}")
+    for _ in range(600):  # every subchannel used
+        await unary(b"", timeout=10, wait_for_ready=True)
+    await channel.close()
+
+loop = asyncio.new_event_loop()
+loop.run_until_complete(main())
+collected = threading.Event()
+threading.Thread(target=lambda: (gc.collect(), collected.set()), daemon=True).start()
+print("collected" if collected.wait(20) else "hung", flush=True)
+os._exit(0)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=tempfile.gettempdir())
+    assert done.stdout.strip() == "collected", (done.stdout, done.stderr[-3000:])
+
+
 def test_threads_stay_few_while_channels_come_and_go(wildcard_pod):
     """Channels made and closed by the hundred, calls on each: grpc_retry's threads stay a constant few."""
     import threading as th
