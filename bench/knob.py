@@ -39,12 +39,14 @@ def main(argv=None) -> dict:
     original = getattr(module, name)
 
     process, port = overhead.start_server()
+    no_bdp_process, no_bdp_port = overhead.start_server(overhead.NO_BDP)
     result: dict = {"knob": args.knob, "point": args.point, "calls_per_round": args.calls, "rounds": args.rounds,
                     "grpcio": grpc.__version__}
     try:
-        point = overhead._points(port)[args.point]
-        plain = overhead._sync_channel("plain", *point["plain"])
-        ours = overhead._sync_channel("ours", *point["ours"])
+        point = overhead._points(port, no_bdp_port)[args.point]
+        common = point.get("options", [])
+        plain = overhead._sync_channel("plain", common, *point["plain"])
+        ours = overhead._sync_channel("ours", common, *point["ours"])
         for inflight in [int(n) for n in args.inflight.split(",")]:
             runs: Dict[str, Callable[[], None]] = {
                 "plain": overhead._sync_runner(overhead._sync_one(plain, point["kind"]), args.calls, inflight)}
@@ -62,6 +64,7 @@ def main(argv=None) -> dict:
     finally:
         setattr(module, name, original)
         process.kill()
+        no_bdp_process.kill()
     print(json.dumps(result))
     return result
 

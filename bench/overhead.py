@@ -15,6 +15,11 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
   config; `vs_one_address` is its grpc_retry CPU per call over the same call's on one address (round_robin), and
   `plain_vs_one_address` the same for grpcio: what spreading calls over 300 connections costs grpcio itself;
+- `unary_300_no_bdp`: the same four channels, with HTTP/2 BDP probing off (`grpc.http2.bdp_probe` 0) on them and on
+  a second server: each connection of C-core's transport probes its bandwidth-delay product with pings of its own,
+  so 300 connections send and answer more pings per call than one does, through grpcio as through grpc_retry.
+  Without them the syscalls per call are the same at 300 addresses as at one, and what is left of
+  `vs_one_address` is what 300 addresses cost grpc_retry's picker and subchannels (and the caches);
 - `unary_otel` (with opentelemetry-sdk installed): the unary point with an OpenTelemetry SDK meter provider and
   tracer provider on grpc_retry's channel (every call recorded and traced, spans batched to an exporter that drops
   them); the other points have telemetry off, as by default.
@@ -63,10 +68,6 @@ HEDGING_CONFIG = json.dumps({"methodConfig": [{
 }]})
 PAYLOAD = b"x" * 64
 MANY = 300  # addresses of the unary_300 point
-# Known and not yet fixed: on grpcio 1.70, a grpc_retry asyncio channel of 300 addresses made and closed over and
-# over can hang in grpc.aio's shutdown (it joins its poller thread); the code before issue 28's work does too.
-OLD_AIO = ("grpc.aio before 1.71 can hang there" if tuple(int(x) for x in grpc.__version__.split(".")[:2]) < (1, 71)
-           else "")
 
 
 def round_robin(config: str) -> str:
@@ -78,9 +79,9 @@ def many_addresses(port: int, count: int = MANY) -> str:
     return "ipv4:" + ",".join(f"127.0.{i // 250}.{i % 250 + 1}:{port}" for i in range(count))
 
 
-def _serve(port_queue) -> None:
+def _serve(port_queue, options=()) -> None:
     async def run():
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=list(options))
 
         async def unary(request, context):
             return request
@@ -113,10 +114,10 @@ def _serve(port_queue) -> None:
     asyncio.run(run())
 
 
-def start_server():
+def start_server(options=()):
     """The server process and its port (reached as 127.0.0.1:port, or any other loopback address)."""
     queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(queue,), daemon=True)
+    process = multiprocessing.Process(target=_serve, args=(queue, tuple(options)), daemon=True)
     process.start()
     return process, queue.get(timeout=30)
 
@@ -181,12 +182,15 @@ def otel_options() -> list:
             ("grpc_retry.tracer_provider", tracer_provider)]
 
 
-_NOT_RUNS = ("kind", "metadata", "sync_only", "grpcio_only")  # what a point holds beside its runs
+_NOT_RUNS = ("kind", "metadata", "options", "sync_only", "grpcio_only")  # what a point holds beside its runs
+NO_BDP = (("grpc.http2.bdp_probe", 0),)  # options of the unary_300_no_bdp point's channels and server
 
 
-def _points(port: int) -> Dict[str, dict]:
-    """Each point: its method kind, and the channels (target, config, extra options of ours) of each run."""
+def _points(port: int, no_bdp_port: int) -> Dict[str, dict]:
+    """Each point: its method kind, and the channels (target, config, extra options of ours) of each run;
+    `options`: options of all its channels."""
     one, many = f"127.0.0.1:{port}", many_addresses(port)
+    quiet_one, quiet_many = f"127.0.0.1:{no_bdp_port}", many_addresses(no_bdp_port)
     named = f"localhost:{port}"
     points = {
         "unary": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [])},
@@ -207,6 +211,11 @@ def _points(port: int) -> Dict[str, dict]:
                       "ours": (many, round_robin(RETRY_CONFIG), []),
                       "ours_one_address": (one, round_robin(RETRY_CONFIG), []),
                       "plain_one_address": (one, round_robin(RETRY_CONFIG), [])},
+        "unary_300_no_bdp": {"kind": "unary", "options": list(NO_BDP),
+                             "plain": (quiet_many, round_robin(RETRY_CONFIG), []),
+                             "ours": (quiet_many, round_robin(RETRY_CONFIG), []),
+                             "ours_one_address": (quiet_one, round_robin(RETRY_CONFIG), []),
+                             "plain_one_address": (quiet_one, round_robin(RETRY_CONFIG), [])},
     }
     otel = otel_options()
     if otel:
@@ -323,24 +332,26 @@ def _aio_runner(loop: asyncio.AbstractEventLoop, one, calls: int, inflight: int)
     return lambda: loop.run_until_complete(all_workers())
 
 
-def _aio_channel(run: str, target: str, config: str, extra: list):
+def _aio_channel(run: str, common: list, target: str, config: str, extra: list):
     import grpc_retry.aio
 
-    options = [("grpc.service_config", config)]
+    options = [("grpc.service_config", config), *common]
     if run.startswith("plain"):
         return grpc.aio.insecure_channel(target, options=options)
     return grpc_retry.aio.insecure_channel(target, options + extra)
 
 
-def _aio_points(loop: asyncio.AbstractEventLoop, port: int, calls: int, rounds: int, inflights: List[int],
+def _aio_points(loop: asyncio.AbstractEventLoop, ports: tuple, calls: int, rounds: int, inflights: List[int],
                 wanted) -> dict:
     results = {}
-    for name, point in _points(port).items():
+    for name, point in _points(*ports).items():
         if not wanted(f"aio_{name}") or point.get("sync_only"):
             continue
         kinds = {run: "plain" if point.get("grpcio_only") else run for run in point if run not in _NOT_RUNS}
-        channels = {run: loop.run_until_complete(_make(lambda kind=kind, p=point[run]: _aio_channel(kind, *p)))
-                    for run, kind in kinds.items()}
+        common = point.get("options", [])
+        channels = {run: loop.run_until_complete(_make(
+            lambda kind=kind, p=point[run], common=common: _aio_channel(kind, common, *p)))
+            for run, kind in kinds.items()}
         metadata = point.get("metadata", {})
         results[f"aio_{name}"] = {str(inflight): _compare(
             {run: _aio_runner(loop, _aio_one(channel, point["kind"], metadata.get(run)), calls, inflight)
@@ -411,21 +422,22 @@ def _sync_runner(method, calls: int, inflight: int) -> Callable[[], None]:
     return run
 
 
-def _sync_channel(run: str, target: str, config: str, extra: list):
+def _sync_channel(run: str, common: list, target: str, config: str, extra: list):
     import grpc_retry
 
-    options = [("grpc.service_config", config)]
+    options = [("grpc.service_config", config), *common]
     if run.startswith("plain"):
         return grpc.insecure_channel(target, options=options)
     return grpc_retry.insecure_channel(target, options + extra)
 
 
-def _sync_points(port: int, calls: int, rounds: int, inflights: List[int], wanted) -> dict:
+def _sync_points(ports: tuple, calls: int, rounds: int, inflights: List[int], wanted) -> dict:
     results: dict = {}
-    for name, point in _points(port).items():
+    for name, point in _points(*ports).items():
         if not wanted(f"sync_{name}"):
             continue
-        channels = {run: _sync_channel("plain" if point.get("grpcio_only") else run, *point[run])
+        common = point.get("options", [])
+        channels = {run: _sync_channel("plain" if point.get("grpcio_only") else run, common, *point[run])
                     for run in point if run not in _NOT_RUNS}
         metadata = point.get("metadata", {})
         results[f"sync_{name}"] = {str(inflight): _compare(
@@ -470,9 +482,6 @@ def _first_call(loop: asyncio.AbstractEventLoop, port: int, tries: int) -> dict:
                  _sync_first_call(grpc_retry.insecure_channel, target, options)),
                 ("aio", _aio_first_call(loop, grpc.aio.insecure_channel, target, options),
                  _aio_first_call(loop, grpc_retry.aio.insecure_channel, target, options))):
-            if api == "aio" and addresses > 1 and OLD_AIO:
-                results[f"{api}_{addresses}"] = {"skipped": OLD_AIO}
-                continue
             samples: Dict[str, List[float]] = {"plain": [], "ours": []}
             plain(), ours()  # imports and first-use caches
             for r in range(tries):
@@ -503,18 +512,20 @@ def main(argv=None) -> dict:
         return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
     process, port = start_server()
+    no_bdp_process, no_bdp_port = start_server(NO_BDP)
     # One event loop for the run: grpc.aio before 1.71 cannot move to a second loop once its first is closed.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         result = {"calls_per_round": args.calls, "rounds": args.rounds, "grpcio": grpc.__version__}
-        result.update(_aio_points(loop, port, args.calls, args.rounds, inflights, wanted))
-        result.update(_sync_points(port, args.calls, args.rounds, inflights, wanted))
+        result.update(_aio_points(loop, (port, no_bdp_port), args.calls, args.rounds, inflights, wanted))
+        result.update(_sync_points((port, no_bdp_port), args.calls, args.rounds, inflights, wanted))
         if wanted("channel_first_call"):
             result["channel_first_call"] = _first_call(loop, port, max(args.rounds, 4))
     finally:
         loop.close()
         process.kill()
+        no_bdp_process.kill()
     print(json.dumps(result))
     return result
 
