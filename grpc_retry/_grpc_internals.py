@@ -551,6 +551,9 @@ class AioAttempt:
                     if received is not None:
                         response = received
         self._ops = ()
+        # Ended, it needs its C-core call no more: an ended call the application keeps must not keep the grpc.aio
+        # channel open in C-core after its close (its subchannel's state watch ends only then).
+        self._call = None
         on_end = self.on_end
         # They hold the attempt: no cycle outlives it (nor its C-core call).
         self.on_headers = self.on_end = self.on_sent = self.on_written = None

@@ -14,8 +14,8 @@ from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import health
 from grpc_retry._backends.subchannels import RETIRE_GRACE, SHUTDOWN, Subchannels
 
-# How long close() waits for its subchannels' watches to see their channels closed: within milliseconds, unless
-# a call the application still holds keeps a channel open in C-core (that watch is then cancelled as before).
+# How long close() waits for its subchannels' watches to see their channels closed: they do within milliseconds
+# (a call still in C-core would keep its channel open there; close() has ended every call by then).
 WATCHES_END = 0.05
 
 
@@ -125,7 +125,7 @@ class AioSubchannels(Subchannels):
             ending = set(self._ending)
             await asyncio.wait(ending, timeout=WATCHES_END)
             for task in ending:
-                task.cancel()  # its channel held open by a call (grpc.aio before 1.71 may then hang when collected)
+                task.cancel()  # its channel still open in C-core (grpc.aio before 1.71 may hang when collected)
         # The attempts this cancelled finish in C-core a moment later; let their completions run on this loop
         # now, or grpc.aio hands them to a loop that may be closed by then (and drops other loops' events).
         for _ in range(3):

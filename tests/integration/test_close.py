@@ -226,6 +226,36 @@ async def test_aio_close_ends_calls_in_backoff(backend):
     assert await no_tasks_left(), "a task outlived its channel"
 
 
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to `port` (/proc/net/tcp*, state 01; C-core's sockets are IPv6
+    ones with IPv4-mapped addresses)."""
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as rows:
+            count += sum(1 for row in list(rows)[1:]
+                         if row.split()[2].endswith(f":{port:04X}") and row.split()[3] == "01")
+    return count
+
+
+async def test_aio_close_closes_the_connections_even_with_an_ended_call_held(backend):
+    """An attempt's C-core call keeps its subchannel's channel open in C-core, and with it the connection and the
+    subchannel's state watch (grpc.aio before 1.71 hangs for good when its last channel is collected while a watch
+    is pending). An ended attempt lets go of its C-core call: a closed channel's connections close, and its
+    watches end, while the application still holds a call that ended."""
+    backend.fallback(UNARY, lambda i: fail())
+    channel = grpc_retry.aio.insecure_channel(backend.target, options=options("retry"))
+    call = channel.unary_unary(UNARY)(b"x", timeout=30)
+    while call._machine.state_name != "BACKOFF":  # its first attempt ended, the call held
+        await asyncio.sleep(0.01)
+    assert connections_to(backend.port) == 1
+    await channel.close()
+    assert call.cancelled() and await call.code() == grpc.StatusCode.CANCELLED
+    deadline = time.monotonic() + 3
+    while connections_to(backend.port) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # C-core closes it on its own threads
+    assert connections_to(backend.port) == 0
+
+
 @pytest.mark.parametrize("policy", ["none", "hedging"])
 async def test_aio_channels_that_come_and_go_leave_no_thread_or_task(backend, policy):
     # Channels are made in frames of their own: grpc.aio's close before 1.83 reads every task's frame locals,
