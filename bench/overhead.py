@@ -186,6 +186,13 @@ _NOT_RUNS = ("kind", "metadata", "options", "sync_only", "grpcio_only")  # what 
 NO_BDP = (("grpc.http2.bdp_probe", 0),)  # options of the unary_300_no_bdp point's channels and server
 
 
+def _spread_runs(one: str, many: str) -> Dict[str, tuple]:
+    """A 300-address point's runs: round_robin over `many` addresses, and over `one` to compare with."""
+    config = round_robin(RETRY_CONFIG)
+    return {"plain": (many, config, []), "ours": (many, config, []), "ours_one_address": (one, config, []),
+            "plain_one_address": (one, config, [])}
+
+
 def _points(port: int, no_bdp_port: int) -> Dict[str, dict]:
     """Each point: its method kind, and the channels (target, config, extra options of ours) of each run;
     `options`: options of all its channels."""
@@ -207,15 +214,8 @@ def _points(port: int, no_bdp_port: int) -> Dict[str, dict]:
         "unary_aa": {"kind": "unary", "grpcio_only": True, "plain": (one, RETRY_CONFIG, []),
                      "ours": (one, RETRY_CONFIG, [])},
         "unary_named": {"kind": "unary", "plain": (named, RETRY_CONFIG, []), "ours": (named, RETRY_CONFIG, [])},
-        "unary_300": {"kind": "unary", "plain": (many, round_robin(RETRY_CONFIG), []),
-                      "ours": (many, round_robin(RETRY_CONFIG), []),
-                      "ours_one_address": (one, round_robin(RETRY_CONFIG), []),
-                      "plain_one_address": (one, round_robin(RETRY_CONFIG), [])},
-        "unary_300_no_bdp": {"kind": "unary", "options": list(NO_BDP),
-                             "plain": (quiet_many, round_robin(RETRY_CONFIG), []),
-                             "ours": (quiet_many, round_robin(RETRY_CONFIG), []),
-                             "ours_one_address": (quiet_one, round_robin(RETRY_CONFIG), []),
-                             "plain_one_address": (quiet_one, round_robin(RETRY_CONFIG), [])},
+        "unary_300": {"kind": "unary", **_spread_runs(one, many)},
+        "unary_300_no_bdp": {"kind": "unary", "options": list(NO_BDP), **_spread_runs(quiet_one, quiet_many)},
     }
     otel = otel_options()
     if otel:
