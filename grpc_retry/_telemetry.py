@@ -119,6 +119,24 @@ def canonical_target(target: str) -> str:
     return "dns:///" + target
 
 
+_api: Any = False  # OpenTelemetry's metrics and trace modules; None: not installed; False: not looked for yet
+
+
+def _otel_api() -> Any:
+    """OpenTelemetry's metrics and trace modules, or None: imported on a channel's creation, not grpc_retry's
+    import, and looked for once (a failed import is not cached by Python: it searches sys.path every time)."""
+    global _api
+    if _api is False:
+        try:
+            import opentelemetry.metrics as metrics
+            import opentelemetry.trace as trace
+        except ImportError:
+            _api = None
+        else:
+            _api = (metrics, trace)
+    return _api
+
+
 def _provider_set(provider: Any) -> bool:
     """Whether `provider` is a real one (not OpenTelemetry API's no-op or not-yet-set proxy)."""
     name = type(provider).__name__
@@ -266,11 +284,10 @@ class Telemetry:
         self._attempts: Dict[Tuple[int, int, int, str], Dict[str, Any]] = {}
         self._firsts: Dict[str, Dict[str, Any]] = {}  # a subchannel's address -> its first attempts' (the same)
         self._hosts: Dict[str, str] = {}  # a subchannel's address ("ipv4:host:port") -> its host:port
-        try:
-            import opentelemetry.metrics as metrics
-            import opentelemetry.trace as trace
-        except ImportError:
+        api = _otel_api()
+        if api is None:
             return
+        metrics, trace = api
         metrics_on, spans_on = otel_switch()
         if meter_provider is None:
             meter_provider = metrics.get_meter_provider()

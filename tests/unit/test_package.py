@@ -73,6 +73,27 @@ def test_compiled_modules_come_from_one_library(tmp_path):
     assert (sync_call, aio_call) == ("grpc_retry.sync._call", "grpc_retry.aio._call")
 
 
+def test_without_opentelemetry_channels_look_for_it_once(tmp_path):
+    """OpenTelemetry is optional and imported as a channel is made: where it is not installed (simulated: a finder
+    ahead of all says it is not there), the first channel looks for it, the others do not search sys.path again."""
+    script = (
+        "import sys, grpc_retry, grpc_retry.aio\n"
+        "looked = []\n"
+        "class Absent:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'opentelemetry':\n"
+        "            looked.append(name)\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "for name in [m for m in sys.modules if m.split('.')[0] == 'opentelemetry']:\n"
+        "    del sys.modules[name]\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "for _ in range(3):\n"
+        "    grpc_retry.insecure_channel('127.0.0.1:1').close()\n"
+        "print(repr(looked))\n"
+    )
+    assert _printed(script, tmp_path) == ["opentelemetry"]
+
+
 def _printed(script: str, cwd: object) -> Any:
     """What `script`, run by a fresh interpreter, printed (a literal). cwd: not the source tree, whose grpc_retry has
     no compiled core."""

@@ -197,6 +197,24 @@ def test_a_channel_warns_once_and_unknown_grpc_retry_options_are_errors(make):
         parse_options([("grpc_retry.max_attempt", 3)])
 
 
+def test_channels_made_with_one_config_share_its_parse_and_each_still_warns():
+    # A parse is most of what making a channel costs: channels with one config text (and attempt cap) share it.
+    text = method(retryPolicy={"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s",
+                               "backoffMultiplier": 2, "retryableStatusCodes": [14]}, timout="1s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = (parse_options([("grpc.service_config", text)]) for _ in range(2))
+        capped = parse_options([("grpc.service_config", text), ("grpc_retry.max_attempts", 1)])
+    assert first.service_config is second.service_config
+    assert capped.service_config is not first.service_config  # the cap is part of the parse
+    assert capped.service_config.method_config("/pkg.Svc/M").retry_policy.max_attempts == 1
+    assert len([w for w in caught if issubclass(w.category, ServiceConfigWarning)]) == 3  # each channel's own
+    broken = method(retryPolicy={"maxAttempts": 1})
+    for _ in range(2):  # an invalid config is never kept: each channel made with it fails
+        with pytest.raises(ServiceConfigError):
+            parse_options([("grpc.service_config", broken)])
+
+
 # -- the published examples -----------------------------------------------------------------------------------------
 
 # Written out from the published texts: gRPC's retry guide, grpc-java's retrying and hedging examples, grpc-go's
