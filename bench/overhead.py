@@ -30,7 +30,8 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   share of the cost of telemetry, without the SDK's. `own_share_noop_api_us`: the same with the API's no-op meter
   and a no-op span class of the API's (each of their methods a Python frame of OpenTelemetry's, counted as ours).
 - `channel_first_call`: wall time to make a channel and have its first call answered, 1 and 300 addresses,
-  grpc_retry's over grpcio's (medians of alternating tries).
+  grpc_retry's over grpcio's (medians of alternating tries), with grpcio's core already initialized (a channel is
+  held open); `close_*_ms`: what the channel's close() then takes, not in the ratio.
 
 Prints one JSON object as its last line.
 Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16] [--points aio_unary,sync_unary,...]
@@ -47,7 +48,7 @@ import multiprocessing
 import statistics
 import threading
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import grpc
 
@@ -451,29 +452,41 @@ def _sync_points(ports: tuple, calls: int, rounds: int, inflights: List[int], wa
 # -- a new channel ----------------------------------------------------------------------------------------------
 
 
-def _sync_first_call(make, target: str, options: list) -> Callable[[], None]:
+def _sync_first_call(make, target: str, options: list) -> Callable[[], Tuple[float, float]]:
     def once():
+        start = time.perf_counter()
         channel = make(target, options=options)
         channel.unary_unary(UNARY)(PAYLOAD, timeout=30)
+        answered = time.perf_counter()
         channel.close()
+        return answered - start, time.perf_counter() - answered
     return once
 
 
-def _aio_first_call(loop, make, target: str, options: list) -> Callable[[], None]:
+def _aio_first_call(loop, make, target: str, options: list) -> Callable[[], Tuple[float, float]]:
     async def once():
+        start = time.perf_counter()
         channel = make(target, options=options)
         await channel.unary_unary(UNARY)(PAYLOAD, timeout=30)
+        answered = time.perf_counter()
         await channel.close()
+        return answered - start, time.perf_counter() - answered
     return lambda: loop.run_until_complete(once())
 
 
 def _first_call(loop: asyncio.AbstractEventLoop, port: int, tries: int) -> dict:
-    """Wall time from making a channel to its first call's answer, grpc_retry's over grpcio's (same config)."""
+    """Wall time from making a channel to its first call's answer, grpc_retry's over grpcio's (same config); and
+    the time its close() then takes."""
     import grpc_retry
     import grpc_retry.aio
 
     config = round_robin(RETRY_CONFIG)
     results = {}
+    # grpcio's core is initialized while a channel of it lives, and torn down when the last one goes: a channel
+    # made when none lives pays that (~0.25 ms), whichever channel it is. Which side pays it here would depend on
+    # when each side's closed channels are collected (grpcio's own linger in a cycle until a collection, grpc_retry's
+    # subchannels go at close); this idle channel keeps the core up for both, as any other channel of the process.
+    held = grpc.insecure_channel(f"127.0.0.1:{port}")
     for addresses in (1, MANY):
         target = f"127.0.0.1:{port}" if addresses == 1 else many_addresses(port, addresses)
         options = [("grpc.service_config", config)]
@@ -482,18 +495,21 @@ def _first_call(loop: asyncio.AbstractEventLoop, port: int, tries: int) -> dict:
                  _sync_first_call(grpc_retry.insecure_channel, target, options)),
                 ("aio", _aio_first_call(loop, grpc.aio.insecure_channel, target, options),
                  _aio_first_call(loop, grpc_retry.aio.insecure_channel, target, options))):
-            samples: Dict[str, List[float]] = {"plain": [], "ours": []}
+            samples: Dict[str, List[Tuple[float, float]]] = {"plain": [], "ours": []}
             plain(), ours()  # imports and first-use caches
             for r in range(tries):
                 for name, once in ((("plain", plain), ("ours", ours)) if r % 2 == 0
                                    else (("ours", ours), ("plain", plain))):
-                    start = time.perf_counter()
-                    once()
-                    samples[name].append(time.perf_counter() - start)
+                    samples[name].append(once())
+            first = {name: statistics.median(t[0] for t in times) for name, times in samples.items()}
+            close = {name: statistics.median(t[1] for t in times) for name, times in samples.items()}
             results[f"{api}_{addresses}"] = {
-                "ratio": round(statistics.median(samples["ours"]) / statistics.median(samples["plain"]), 3),
-                "plain_ms": round(statistics.median(samples["plain"]) * 1e3, 2),
-                "grpc_retry_ms": round(statistics.median(samples["ours"]) * 1e3, 2)}
+                "ratio": round(first["ours"] / first["plain"], 3),
+                "plain_ms": round(first["plain"] * 1e3, 2),
+                "grpc_retry_ms": round(first["ours"] * 1e3, 2),
+                "close_plain_ms": round(close["plain"] * 1e3, 2),
+                "close_grpc_retry_ms": round(close["ours"] * 1e3, 2)}
+    held.close()
     return results
 
 
