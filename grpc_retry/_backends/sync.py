@@ -91,9 +91,9 @@ class Poller:
         self._channelz_cost = 0.0  # seconds a channelz read takes (a moving average)
         self._thread: Optional[threading.Thread] = None
 
-    def add(self, entry: _Entry, hot: bool) -> None:
-        if hot:
-            entry.hot_until = monotonic() + HOT
+    def add(self, entry: _Entry) -> None:
+        """A new subchannel: an attempt is about to be sent to it, or it is to connect (read FAST for HOT)."""
+        entry.hot_until = monotonic() + HOT
         with self._cond:
             self._groups[FAST].append(entry)
             self._count += 1
@@ -377,7 +377,10 @@ class SyncSubchannels(Subchannels):
         while len(self._entries) <= index:
             self._entries.append(None)
         self._entries[index] = entry
-        POLLER.add(entry, connect)
+        # Hot either way (POLLER.add): read before the attempt it is made for began connecting it, it is still
+        # IDLE, and a cold IDLE entry is read next in SLOW: a pick_first channel's first subchannel, READY within a
+        # millisecond, would stay IDLE to the picker for 2 s, and calls would go to any other READY one (a hedge's).
+        POLLER.add(entry)
 
     def _watch_health(self, index: int, channel: Any) -> None:
         assert self.health_service is not None

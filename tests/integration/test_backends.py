@@ -94,10 +94,23 @@ def test_retry_never_revisits_a_backend(client, backends, lb, via):
     for call, path in seen.items():
         assert len(path) == len(set(path)) and path[-1] != 0, (call, path)
     firsts = collections.Counter(path[0] for path in seen.values())
-    if lb == "pick_first":  # in order: the failing first backend, then the next (first, if already READY)
-        assert all(path in ([0, 1], [1]) for path in seen.values()) and firsts[0] > 0, seen
+    if lb == "pick_first":  # in order: the failing first backend, READY all along, then the next
+        assert all(path == [0, 1] for path in seen.values()), seen
     else:
         assert set(firsts) == {0, 1, 2}, firsts  # round_robin spreads first attempts over every backend
+
+
+def test_pick_first_keeps_to_the_first_backend_once_a_retry_connected_the_next(client, backends):
+    """A channel's first call fails on backend 0 and its retry connects backend 1: the next calls still go to
+    backend 0, READY all along (the picker must see it READY as soon as that first attempt connected it, however
+    soon after its subchannel was made that was). Several channels: each is one chance to read it too early."""
+    for n in range(6):
+        backends[0].script(UNARY, fail())
+        ch = client.channel(ipv4(*(b.port for b in backends)), options("pick_first"))
+        outcomes = [ch.unary(UNARY, b"x", timeout=10, metadata=tag(10 * n + k)) for k in range(3)]
+        assert [o.code for o in outcomes] == [OK] * 3
+        seen = paths(backends)
+        assert [seen[str(10 * n + k)] for k in range(3)] == [[0, 1], [0], [0]], (n, seen)
 
 
 @pytest.mark.parametrize("kind, method", [("server_stream", SERVER_STREAM), ("client_stream", CLIENT_STREAM),
