@@ -172,6 +172,7 @@ def run(scenario: str, kinds: Sequence[str], settings: Settings) -> List[Result]
     dns = None if scenario == "restart" else DnsServer()
     fleet = Fleet(dns, max_age=settings.max_age if scenario == "scale_up_age" else None)
     events: Dict[str, float] = {}
+    clients: List[subprocess.Popen[str]] = []
     try:
         initial = [0, 1] if scenario.startswith("scale_up") else [0, 1, 2]
         for i in initial:
@@ -199,6 +200,10 @@ def run(scenario: str, kinds: Sequence[str], settings: Settings) -> List[Result]
             _FIGURES[scenario](fleet, result)
         return results
     finally:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+            client.wait()
         fleet.close()
 
 

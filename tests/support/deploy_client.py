@@ -10,6 +10,7 @@ responder] (times on the machine's monotonic clock, shared by every process).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import sys
 import threading
@@ -90,6 +91,9 @@ def main() -> None:
     kind, target, options, seconds = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
     concurrency = int(sys.argv[5]) if len(sys.argv) > 5 else 4
     options = [tuple(option) for option in options]
+    # Never a hang: past its time (the first call's 10 s deadline, the calls, the close, with room to spare) the
+    # process prints every thread's stack and exits, so a test fails showing where it stuck.
+    faulthandler.dump_traceback_later(seconds + 40, exit=True)
     if kind.endswith(".aio"):
         calls = asyncio.run(run_aio(kind, target, options, seconds, concurrency))
     else:

@@ -61,6 +61,9 @@ class Pod:
 
 
 def main() -> None:
+    import faulthandler
+    faulthandler.dump_traceback_later(30, exit=True)  # not serving by then: every stack printed, no hang
+
     import grpc
 
     parser = argparse.ArgumentParser()
@@ -89,6 +92,7 @@ def main() -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     print("ready", flush=True)
+    faulthandler.cancel_dump_traceback_later()
     stopping.wait()
     server.stop(grace=args.grace).wait()
 
