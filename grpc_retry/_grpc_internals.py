@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import grpc
 from grpc import _channel, _compression, _observability, aio
@@ -609,12 +609,13 @@ class AioAttempt:
         else:
             await self.initial_metadata()
 
-    async def read(self) -> Any:
-        """A response stream's next message, or EOF once it has ended (its status then says how). As grpc.aio's
-        read: none once the status is in."""
+    def read(self) -> Optional[Awaitable[Any]]:
+        """A response stream's next message: grpcio's own read, to await (it gives EOF once the stream ended), or
+        None when the status is in already (as grpc.aio's read: no message after it). Not a coroutine of its own:
+        a read per message, and its frame would be one more for each."""
         if self._status is not None:
-            return EOF
-        return await self._call.receive_serialized_message()
+            return None
+        return self._call.receive_serialized_message()  # type: ignore[no-any-return]
 
     async def code(self) -> Any:
         if self._ops:  # not ended: its end sets the status, then calls back
