@@ -465,6 +465,55 @@ class _Call(CallDriver):
                 raise asyncio.CancelledError()
             raise self._error()
 
+    async def _read_message(self) -> Any:
+        """A response stream's next message (_StreamResponse's; here, on the compiled base, `self` is typed:
+        its fields are read as C fields, not looked up by name, ~8 lookups a message less)."""
+        message = _EOF
+        try:
+            while not self._done:
+                n = self._winner
+                if n < 0:
+                    n = self._current
+                    if self._hedged or n < 0:
+                        await self._next_change()
+                        continue
+                attempt = self._attempts.get(n)
+                if attempt is None or self._reads and n in self._reads:
+                    await self._next_change()
+                    continue
+                message, self._peek = self._peek, None
+                if message is None:  # the attempt's next message (_read, inlined: a frame less per message)
+                    reading = attempt.read()
+                    if reading is None:
+                        message = _EOF
+                    else:
+                        try:
+                            message = await reading
+                        except AioRpcError:
+                            message = _EOF
+                if message is not _EOF:
+                    if self._winner != n and self._attempts.get(n) is attempt:
+                        self._decide("message", n, monotonic())
+                    break
+                if self._attempts.get(n) is attempt:
+                    await self._next_change()  # it ended: its status is on its way to the machine
+                # The machine has its status: it retried, or ended the call.
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+        if message is _EOF and self._peek is not None:
+            # The winner's first message, read ahead before it won; the winner ended before it was read.
+            message, self._peek = self._peek, None
+        if message is _EOF:
+            self._raise_if_failed()
+            return _EOF
+        response = self._method.deserialize(message)
+        if response is UNDESERIALIZABLE:
+            self._cancel(DESERIALIZE_FAILED, 13)
+            self._raise_if_failed()
+        self._delivered = True
+        return response
+
     # -- grpc.aio.Call ----------------------------------------------------------------------------------------
 
     def cancel(self) -> bool:
@@ -608,53 +657,6 @@ class _StreamResponse(_Call):
             self._style = style
         elif self._style != style:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)
-
-    async def _read_message(self) -> Any:
-        message = _EOF
-        try:
-            while not self._done:
-                n = self._winner
-                if n < 0:
-                    n = self._current
-                    if self._hedged or n < 0:
-                        await self._next_change()
-                        continue
-                attempt = self._attempts.get(n)
-                if attempt is None or self._reads and n in self._reads:
-                    await self._next_change()
-                    continue
-                message, self._peek = self._peek, None
-                if message is None:  # the attempt's next message (_read, inlined: a frame less per message)
-                    reading = attempt.read()
-                    if reading is None:
-                        message = _EOF
-                    else:
-                        try:
-                            message = await reading
-                        except AioRpcError:
-                            message = _EOF
-                if message is not _EOF:
-                    if self._winner != n and self._attempts.get(n) is attempt:
-                        self._decide("message", n, monotonic())
-                    break
-                if self._attempts.get(n) is attempt:
-                    await self._next_change()  # it ended: its status is on its way to the machine
-                # The machine has its status: it retried, or ended the call.
-        except asyncio.CancelledError:
-            self.cancel()
-            raise
-        if message is _EOF and self._peek is not None:
-            # The winner's first message, read ahead before it won; the winner ended before it was read.
-            message, self._peek = self._peek, None
-        if message is _EOF:
-            self._raise_if_failed()
-            return _EOF
-        response = self._method.deserialize(message)
-        if response is UNDESERIALIZABLE:
-            self._cancel(DESERIALIZE_FAILED, 13)
-            self._raise_if_failed()
-        self._delivered = True
-        return response
 
     def __aiter__(self) -> AsyncIterator[Any]:
         self._use("iterate")
