@@ -24,3 +24,5 @@ cdef class _NonBlocking(_Attempts):
     cdef public object _listener, _live, _local_details, _lock, _outboxes, _peek, _polled, _poller, _pulling
     cdef public object _queue, _reads, _refusal, _requests, _responses, _serializer, _silent, _heard, _timer
     cdef public object _timer_token, _tokens, _unpolled, _wait_token
+    cpdef _reading(self, peeked=*)
+    cpdef _until_told(self, n)

@@ -761,6 +761,39 @@ class _NonBlocking(_Attempts):
                 return -1, None
             self._changed.wait()
 
+    def _next_message(self) -> Any:
+        """A response stream's next response (StreamingCall's __next__; here, on the compiled base, `self` is
+        typed: its fields are C fields, not looked up by name)."""
+        while True:
+            with self._lock:
+                n, call = self._reading(True)
+                peek = self._peek
+                if peek is not None and peek[0] == self._machine.winner:
+                    # The winner's first message, read before it won: first, even once the attempt has ended (its
+                    # status may be in before the application reads).
+                    self._peek = None
+                    committed = True
+                else:
+                    peek = None
+                    committed = n == self._machine.winner
+            if peek is not None:
+                message = peek[1]
+            elif call is None:  # the call ended
+                if self._error is not None:
+                    raise self._error
+                raise StopIteration()
+            else:
+                message = _read(call) if committed else self._read_first(n, call, keep=False)
+            if message is not _EOF:
+                response = self._method.deserialize(message)
+                if response is UNDESERIALIZABLE:
+                    self._fail(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
+                    raise cast(RpcError, self._error)
+                self._delivered = True
+                return response
+            with self._lock:
+                self._until_told(n)
+
     def _until_told(self, n: int) -> None:
         """(Under the lock.) Attempt n ended: wait until the machine has its status (grpcio's callback brings
         it) and has retried or ended the call."""
@@ -1010,38 +1043,7 @@ class StreamingCall(Call):
     def __iter__(self) -> StreamingCall:
         return self
 
-    def __next__(self) -> Any:
-        while True:
-            with self._lock:
-                n, call = self._reading(peeked=True)
-                peek = self._peek
-                if peek is not None and peek[0] == self._machine.winner:
-                    # The winner's first message, read before it won: first, even once the attempt has ended (its
-                    # status may be in before the application reads).
-                    self._peek = None
-                    committed = True
-                else:
-                    peek = None
-                    committed = n == self._machine.winner
-            if peek is not None:
-                message = peek[1]
-            elif call is None:  # the call ended
-                if self._error is not None:
-                    raise self._error
-                raise StopIteration()
-            else:
-                message = _read(call) if committed else self._read_first(n, call, keep=False)
-            if message is not _EOF:
-                response = self._method.deserialize(message)
-                if response is UNDESERIALIZABLE:
-                    self._fail(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED)
-                    raise cast(RpcError, self._error)
-                self._delivered = True
-                return response
-            with self._lock:
-                self._until_told(n)
-
-    next = __next__
+    __next__ = next = _NonBlocking._next_message
 
     def initial_metadata(self) -> Any:
         # As grpcio: as soon as the headers come. The application has then seen the attempt: it commits.
