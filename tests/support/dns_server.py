@@ -48,6 +48,8 @@ class DnsServer:
                 data, peer = self._sock.recvfrom(4096)
             except OSError:
                 return  # closed
+            if peer is None:
+                return  # shut down by close()
             try:
                 request = DNSRecord.parse(data)
             except Exception:
@@ -72,6 +74,13 @@ class DnsServer:
                 return
 
     def close(self) -> None:
+        # Closing a UDP socket does not wake a thread blocked in its recvfrom; shutting it down does (Linux reports
+        # ENOTCONN for an unconnected socket, and wakes the reader all the same).
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(5)
         self._sock.close()
 
 
