@@ -248,8 +248,8 @@ def otel_own_options(noop_api: bool = False) -> list:
     except ImportError:
         return []
 
-    context = trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False,
-                                trace.TraceFlags(trace.TraceFlags.SAMPLED))
+    span_context = trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False,
+                                     trace.TraceFlags(trace.TraceFlags.SAMPLED))
 
     class Recorded(trace.NonRecordingSpan):
         def is_recording(self):
@@ -261,10 +261,10 @@ def otel_own_options(noop_api: bool = False) -> list:
         set_attribute = slice  # set_attribute(key, value)
         set_attributes = len  # set_attributes(attributes)
         add_event = slice  # add_event(name, attributes)
-        get_span_context = itertools.repeat(context).__next__
+        get_span_context = itertools.repeat(span_context).__next__
         is_recording = itertools.repeat(True).__next__
 
-    bare = Bare(context)
+    bare = Bare(span_context)
 
     class Histogram:
         record = slice  # record(value, attributes)
@@ -274,8 +274,10 @@ def otel_own_options(noop_api: bool = False) -> list:
             return Histogram()
 
     class Tracer(trace.NoOpTracer):
-        def start_span(self, *args, **kwargs):
-            return Recorded(context) if noop_api else bare
+        # (the SDK's parameters, named: no tuple and dict made for *args and **kwargs, which the SDK's does not make)
+        def start_span(self, name, context=None, kind=None, attributes=None, links=None, start_time=None,
+                       record_exception=True, set_status_on_exception=True):
+            return Recorded(span_context) if noop_api else bare
 
     class Meters(metrics.MeterProvider):
         def get_meter(self, name, *args, **kwargs):
