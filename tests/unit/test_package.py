@@ -5,7 +5,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Dict, Optional
 
 import grpc
 
@@ -66,11 +66,15 @@ def test_compiled_modules_come_from_one_library(tmp_path):
         "             for n, m in modules.items()},\n"
         "            grpc_retry.sync._call.Call.__module__, grpc_retry.aio._call.UnaryUnaryCall.__module__)))\n"
     )
-    names, finders, position, modules, sync_call, aio_call = _printed(script, tmp_path)
+    names, finders, position, modules, sync_call, aio_call = _printed(script, tmp_path, {"GRPC_RETRY_PURE_PYTHON": ""})
     assert names == sorted(compiled + ["grpc_retry._core"])
     assert finders == 1 and position == 0
     assert modules == {name: (True, name, "_Loader") for name in names}
     assert (sync_call, aio_call) == ("grpc_retry.sync._call", "grpc_retry.aio._call")
+    # GRPC_RETRY_PURE_PYTHON=1: the same modules from their .py sources, but the core, which has none
+    names, _, _, modules, _, _ = _printed(script, tmp_path, {"GRPC_RETRY_PURE_PYTHON": "1"})
+    assert modules == {name: (name == "grpc_retry._core", name, "_Loader" if name == "grpc_retry._core"
+                              else "SourceFileLoader") for name in names}
 
 
 def test_without_opentelemetry_channels_look_for_it_once(tmp_path):
@@ -94,9 +98,10 @@ def test_without_opentelemetry_channels_look_for_it_once(tmp_path):
     assert _printed(script, tmp_path) == ["opentelemetry"]
 
 
-def _printed(script: str, cwd: object) -> Any:
-    """What `script`, run by a fresh interpreter, printed (a literal). cwd: not the source tree, whose grpc_retry has
-    no compiled core."""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=cwd)
+def _printed(script: str, cwd: object, env: Optional[Dict[str, str]] = None) -> Any:
+    """What `script`, run by a fresh interpreter (its environment updated with `env`), printed (a literal). cwd: not
+    the source tree, whose grpc_retry has no compiled core."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr
     return ast.literal_eval(done.stdout)
