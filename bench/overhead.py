@@ -33,8 +33,12 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   grpc_retry's over grpcio's (medians of alternating tries), with grpcio's core already initialized (a channel is
   held open); `close_*_ms`: what the channel's close() then takes, not in the ratio.
 
+`--transport portable` measures grpc_retry on its portable transport (grpcio's public API only), as it runs on a
+grpcio whose internals it does not know; `transport` in the output says which one served.
+
 Prints one JSON object as its last line.
 Usage: python bench/overhead.py [--calls N] [--rounds R] [--inflight 1,16] [--points aio_unary,sync_unary,...]
+                                [--transport direct|portable]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import fnmatch
 import itertools
 import json
 import multiprocessing
+import os
 import statistics
 import threading
 import time
@@ -522,7 +527,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--inflight", default="1,16,128", help="calls in flight at each point, comma-separated")
     parser.add_argument("--points", default="", help="comma-separated names (aio_unary, sync_hedged_unary, "
                         "channel_first_call, ...): only these; * matches any part of a name ('*_otel_own')")
+    parser.add_argument("--transport", choices=("direct", "portable"), default=None,
+                        help="the transport grpc_retry uses (default: its own choice)")
     args = parser.parse_args(argv)
+    if args.transport is not None:  # read as grpc_retry is first imported (below, and in the server's process)
+        os.environ["GRPC_RETRY_TRANSPORT"] = args.transport
     inflights = [int(n) for n in args.inflight.split(",")]
     patterns = [p for p in args.points.split(",") if p]
 
@@ -540,6 +549,9 @@ def main(argv=None) -> dict:
         result.update(_sync_points((port, no_bdp_port), args.calls, args.rounds, inflights, wanted))
         if wanted("channel_first_call"):
             result["channel_first_call"] = _first_call(loop, port, max(args.rounds, 4))
+        from grpc_retry import _transport
+
+        result["transport"] = _transport.NAME
     finally:
         loop.close()
         process.kill()

@@ -4,14 +4,11 @@ from grpc_retry import _compiled
 
 _compiled.install()  # first: the compiled modules come from one library (grpc_retry/_compiled.py)
 
-from grpc_retry._version import __version__, warn_if_untested  # noqa: E402
-
-warn_if_untested()  # before anything reads grpcio's internals
-
 from grpc_retry._config import ServiceConfigError, ServiceConfigWarning  # noqa: E402
 from grpc_retry._install import install, uninstall  # noqa: E402
 from grpc_retry._stats import MethodStats, ThrottleState  # noqa: E402
 from grpc_retry._telemetry import trace_from_environment  # noqa: E402
+from grpc_retry._version import __version__  # noqa: E402
 from grpc_retry.sync import Channel, insecure_channel, secure_channel  # noqa: E402
 
 __all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning", "ThrottleState", "__version__",

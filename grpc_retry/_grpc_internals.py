@@ -1,5 +1,6 @@
-"""Every use of grpcio's private internals, in one place: what the drivers need to know of an attempt without
-blocking or waiting for a coroutine, and which grpcio's public API does not tell.
+"""The direct transport (grpc_retry/_transport): every use of grpcio's private internals, in one place: what the
+drivers need to know of an attempt without blocking or waiting for a coroutine, and which grpcio's public API does
+not tell.
 
 asyncio: grpc.aio runs a call's done callbacks inside the coroutine that sets its status, before a unary response
 is returned; so a unary attempt's end is watched on its invocation task, and its status read from the Cython
@@ -21,26 +22,44 @@ import time
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import grpc
-from grpc import _channel, _compression, _observability, aio
+from grpc import aio
 from grpc._cython import cygrpc
-from grpc.aio import _interceptor
 
 from grpc_retry._waiters import Waiters
 
 Metadata = Tuple[Any, ...]  # (key, value) pairs
 
+
+def _private(root: Any, path: str) -> Any:
+    """A private name of grpcio's, or None where the installed grpcio lacks it. The module imports on any grpcio
+    (the drivers import its transport-neutral parts); the direct transport serves only where grpc_retry/_transport
+    /check.py found every name it uses."""
+    try:
+        for part in path.split("."):
+            root = getattr(root, part)
+    except AttributeError:
+        return None
+    return root
+
+
+try:
+    from grpc import _channel, _compression, _observability
+    from grpc.aio import _interceptor
+except ImportError:
+    _channel = _compression = _observability = _interceptor = None  # type: ignore[assignment]
+
 # The names a call uses, bound once: each read of a module's attribute is a lookup.
-EOF = cygrpc.EOF
-AioRpcStatus = cygrpc.AioRpcStatus
-ExecuteBatchError = cygrpc.ExecuteBatchError
-ReceiveInitialMetadataOperation = cygrpc.ReceiveInitialMetadataOperation
-ReceiveMessageOperation = cygrpc.ReceiveMessageOperation
-ReceiveStatusOnClientOperation = cygrpc.ReceiveStatusOnClientOperation
-SendCloseFromClientOperation = cygrpc.SendCloseFromClientOperation
-SendInitialMetadataOperation = cygrpc.SendInitialMetadataOperation
-SendMessageOperation = cygrpc.SendMessageOperation
-build_census_context = cygrpc.build_census_context
-execute_batch = cygrpc.execute_batch
+EOF = grpc.aio.EOF
+AioRpcStatus = _private(cygrpc, "AioRpcStatus")
+ExecuteBatchError = _private(cygrpc, "ExecuteBatchError")
+ReceiveInitialMetadataOperation = _private(cygrpc, "ReceiveInitialMetadataOperation")
+ReceiveMessageOperation = _private(cygrpc, "ReceiveMessageOperation")
+ReceiveStatusOnClientOperation = _private(cygrpc, "ReceiveStatusOnClientOperation")
+SendCloseFromClientOperation = _private(cygrpc, "SendCloseFromClientOperation")
+SendInitialMetadataOperation = _private(cygrpc, "SendInitialMetadataOperation")
+SendMessageOperation = _private(cygrpc, "SendMessageOperation")
+build_census_context = _private(cygrpc, "build_census_context")
+execute_batch = _private(cygrpc, "execute_batch")
 _get_running_loop = asyncio._get_running_loop
 _current_task = asyncio.current_task
 
@@ -81,9 +100,9 @@ def aio_locally_cancelled(attempt: Any) -> bool:
 #   grpc.aio's stream-unary call asks for its status only once the response headers came.
 
 _NO_FLAGS = 0
-_WAIT_FOR_READY = {None: 0, False: cygrpc.InitialMetadataFlags.wait_for_ready_explicitly_set,
-                   True: cygrpc.InitialMetadataFlags.wait_for_ready_explicitly_set
-                   | cygrpc.InitialMetadataFlags.wait_for_ready}
+_WAIT_FOR_READY = {None: 0, False: _private(cygrpc, "InitialMetadataFlags.wait_for_ready_explicitly_set") or 0,
+                   True: (_private(cygrpc, "InitialMetadataFlags.wait_for_ready_explicitly_set") or 0)
+                   | (_private(cygrpc, "InitialMetadataFlags.wait_for_ready") or 0)}
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 _LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
 _CORE_ERROR = "Internal error from Core"
@@ -408,6 +427,7 @@ class AioAttempt:
                  "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream",
                  "_direct", "sent", "on_headers", "on_end", "on_sent", "on_written",
                  "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
+    refusal = None  # (refused calls raise as they are made)
 
     def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: Optional[bytes], metadata: Metadata,
                  flags: int, headers_first: bool, stream: bool = False) -> None:
@@ -669,20 +689,22 @@ def _stream_response(call_class: type, iterator_class: type) -> Callable[[Any, A
     return wrap
 
 
-_INTERCEPTED: Dict[str, Tuple[type, str, Callable[[Any, Any], Any]]] = {
-    "unary_unary": (_interceptor.InterceptedUnaryUnaryCall, "intercept_unary_unary", _unary_response),
-    "unary_stream": (_interceptor.InterceptedUnaryStreamCall, "intercept_unary_stream",
-                     _stream_response(aio.UnaryStreamCall, _interceptor.UnaryStreamCallResponseIterator)),
-    "stream_unary": (_interceptor.InterceptedStreamUnaryCall, "intercept_stream_unary", lambda self, result: result),
-    "stream_stream": (_interceptor.InterceptedStreamStreamCall, "intercept_stream_stream",
-                      _stream_response(aio.StreamStreamCall, _interceptor.StreamStreamCallResponseIterator)),
-}
+def _intercepted_kinds() -> Dict[str, Tuple[type, str, Callable[[Any, Any], Any]]]:
+    return {
+        "unary_unary": (_interceptor.InterceptedUnaryUnaryCall, "intercept_unary_unary", _unary_response),
+        "unary_stream": (_interceptor.InterceptedUnaryStreamCall, "intercept_unary_stream",
+                         _stream_response(aio.UnaryStreamCall, _interceptor.UnaryStreamCallResponseIterator)),
+        "stream_unary": (_interceptor.InterceptedStreamUnaryCall, "intercept_stream_unary",
+                         lambda self, result: result),
+        "stream_stream": (_interceptor.InterceptedStreamStreamCall, "intercept_stream_stream",
+                          _stream_response(aio.StreamStreamCall, _interceptor.StreamStreamCallResponseIterator)),
+    }
 
 
 def aio_intercepted(kind: str) -> type:
     """grpc.aio's intercepted call class for `kind`, made as `cls(multicallable, request, timeout, metadata,
     credentials, wait_for_ready, compression)`; the multicallable's `_make` makes the call at the bottom."""
-    base, intercept, wrap = _INTERCEPTED[kind]
+    base, intercept, wrap = _intercepted_kinds()[kind]
 
     class Intercepted(base):  # type: ignore[misc, valid-type]
         def __init__(self, multicallable: Any, request: Any, timeout: Optional[float], metadata: Any, credentials: Any,
@@ -728,7 +750,7 @@ def aio_intercepted(kind: str) -> type:
 # This one is two batches (the request with the headers, the response with the status) on a call grpcio's channel
 # manages: its spin thread, which ends grpcio's own futures, hands each batch's event to the attempt.
 
-_PROPAGATE_DEFAULTS = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
+_PROPAGATE_DEFAULTS = _private(cygrpc, "PropagationConstants.GRPC_PROPAGATE_DEFAULTS")
 
 
 def sync_direct() -> bool:
@@ -863,8 +885,8 @@ def _send_from(workers: Any, requests: Iterator[bytes], state: Any, call: Any, t
     _channel._consume_request_iterator(requests, state, call, _BYTES, tag)
 
 
-_SEND_MESSAGE = cygrpc.OperationType.send_message
-_SEND_CLOSE = cygrpc.OperationType.send_close_from_client
+_SEND_MESSAGE = _private(cygrpc, "OperationType.send_message")
+_SEND_CLOSE = _private(cygrpc, "OperationType.send_close_from_client")
 
 
 def _send_requests(requests: Iterator[bytes], state: Any, call: Any, tag: Any) -> None:
@@ -1410,6 +1432,10 @@ def channelz_subchannels(cid: int) -> Optional[Tuple[bytes, ...]]:
     return tuple(_SUBCHANNEL_ID.findall(data if isinstance(data, bytes) else data.encode()))
 
 
+def close_sync_channel(channel: grpc.Channel) -> None:
+    channel.close()
+
+
 def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
                     compression: Optional[grpc.Compression]) -> grpc.aio.Channel:
     """A subchannel: grpc.aio's own channel class, with no interceptors (see new_sync_channel)."""
@@ -1469,3 +1495,57 @@ def _decode(value: Any) -> Optional[str]:
         return value.decode("utf-8", "replace")
     text: Optional[str] = value  # (not typing.cast: compiled, that stays a call of a Python function)
     return text
+
+
+# -- the attempt makers (grpc_retry/_transport/__init__.py: shape() and method()) -------------------------------
+
+_RESPONSE_STREAMS = ("unary_stream", "stream_stream")
+
+
+class SyncAttempts:
+    """Sync attempts on grpcio's Cython calls where they pay: a hedged unary-unary call's attempts show their
+    headers first (SyncHeadersFirst), a unary-stream call's are read a batch per message (SyncResponseStream);
+    the rest are grpcio's own calls, driven by the driver (sync_direct() says which of its paths)."""
+
+    @staticmethod
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
+        headers_first = hedged and kind == "unary_unary"
+        return kind, False, headers_first, headers_first or kind == "unary_stream"
+
+    @staticmethod
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
+        multicallable = getattr(channel, shape[0])(name)
+        if shape[2]:
+            return SyncHeadersFirst(multicallable)
+        if shape[3]:
+            return SyncResponseStream(multicallable)
+        return multicallable
+
+
+class AioAttempts:
+    """Every asyncio attempt is grpc_retry's own (AioAttempt): a unary response's made by AioMethod (headers first
+    when hedged), a response stream's by AioResponseStream."""
+
+    @staticmethod
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
+        unary_response = kind not in _RESPONSE_STREAMS
+        return kind, unary_response, hedged and unary_response, True
+
+    @staticmethod
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
+        multicallable = getattr(channel, shape[0])(name)
+        return AioMethod(multicallable, shape[2]) if shape[1] else AioResponseStream(multicallable)
+
+
+FINAL_WRAPPED = False  # an attempt of this transport is a grpc.Call the application may get as it is
+
+
+def sync_final(call: Any, response: Any) -> Any:
+    """The grpc.Call the application gets of a successful sync attempt whose deserialized result is `response`:
+    the attempt itself, its result() then that response (its attempts carry bytes)."""
+    call._state.response = response
+    return call
+
+
+SYNC = SyncAttempts()
+AIO = AioAttempts()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from time import monotonic
-from typing import Any, Callable, Dict, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import grpc
 
@@ -73,20 +73,11 @@ class Method:
     `headers_first` and `reports_end` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "direct", "headers_first", "reports_end", "subchannels", "calls", "attempt_streams",
+                 "direct", "headers_first", "reports_end", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker", "_per_rpc_buffer",
                  "_enable_retries", "_telemetry", "_addresses", "_started", "_watch")
-    # The channel's own attempt shape for a unary response, made from grpcio's multicallable of the method and whether
-    # it shows its response headers first (hedging); None: grpcio's multicallables as they are.
-    DIRECT_UNARY: Optional[Callable[[Any, bool], Any]] = None
-    # A channel whose unary-unary attempts are grpcio's own but for hedging: its headers-first shape, made from
-    # grpcio's unary-unary multicallable; None: grpcio's unary-stream shape.
-    HEDGED_UNARY: Optional[Callable[[Any], Any]] = None
-    # A channel's own response-stream attempt shape, made from grpcio's multicallable of the method, whose attempts
-    # report their end themselves; None: grpcio's.
-    RESPONSE_STREAM: Optional[Callable[[Any], Any]] = None
-    # Whether the channel's own shapes take request streams too (else those attempts are grpcio's own calls).
-    OWN_REQUEST_STREAMS = False
+    # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
+    ATTEMPTS: Any = None
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -96,19 +87,12 @@ class Method:
         self.deserializer = deserializer
         self._policy = state.policy(method)
         self.unary_response = kind in ("unary_unary", "stream_unary")
-        own = self.OWN_REQUEST_STREAMS or kind.startswith("unary")  # the channel's own shapes can take its requests
-        self.direct = self.unary_response and own and self.DIRECT_UNARY is not None
         # A hedged call with a unary response needs to see each attempt's response headers before its response
-        # (they commit it): grpcio's unary-unary shape delivers both at once. The asyncio channel's own shape
-        # (DIRECT_UNARY) can show them first; the sync channel has a unary-unary shape for hedging (HEDGED_UNARY).
+        # (they commit it): the transport tells how its attempts do (grpc_retry/_transport's table).
         hedged = self._policy.hedging and self.unary_response
-        self.headers_first = hedged and (self.direct or (kind == "unary_unary" and self.HEDGED_UNARY is not None))
-        self._attempt_kind = "unary_stream" if hedged and kind == "unary_unary" and not self.headers_first else kind
+        self._shape = self.ATTEMPTS.shape(kind, hedged)
+        self._attempt_kind, self.direct, self.headers_first, self.reports_end = self._shape
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
-        # Its attempts are grpc_retry's own shapes, which report their end (sync: on_end, and on_headers if
-        # headers first; asyncio: done callbacks) and raise as they are made when grpcio refuses them.
-        self.reports_end = self.headers_first or self.direct or (
-            self.attempt_streams and own and self.RESPONSE_STREAM is not None)
         self.subchannels = subchannels
         self.calls = state.calls
         # What each call's machine is made with, read once: fixed for the channel's life (its rng is not: read
@@ -134,14 +118,7 @@ class Method:
         channel = self.subchannels.channel(index)
         entry = self._inner.get(index)
         if entry is None or entry[0] is not channel:  # new, or the address came back on a new grpcio channel
-            multicallable = getattr(channel, self._attempt_kind)(self._method)
-            if self.direct:
-                multicallable = cast(Callable[[Any, bool], Any], self.DIRECT_UNARY)(multicallable, self.headers_first)
-            elif self.headers_first:
-                multicallable = cast(Callable[[Any], Any], self.HEDGED_UNARY)(multicallable)
-            elif self.reports_end:
-                multicallable = cast(Callable[[Any], Any], self.RESPONSE_STREAM)(multicallable)
-            entry = self._inner[index] = (channel, multicallable)
+            entry = self._inner[index] = (channel, self.ATTEMPTS.method(channel, self._method, self._shape, self))
         return entry[1]
 
     def first_whole(self) -> bool:

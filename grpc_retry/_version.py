@@ -7,8 +7,8 @@ from typing import Optional, Tuple
 
 __version__ = "0.1.0"
 
-# The oldest and newest grpcio CI runs the whole suite on. grpc_retry reads grpc.aio internals whose shape
-# changes between releases (see _grpc_internals); outside this range it may work, but it has not been seen to.
+# The oldest and newest grpcio CI runs the whole suite on. The direct transport reads grpcio's internals, whose
+# shape changes between releases: outside this range, where its self-check passes, it has not been seen to work.
 TESTED_GRPCIO: Tuple[Tuple[int, int], Tuple[int, int]] = ((1, 70), (1, 85))
 
 
@@ -22,8 +22,8 @@ def untested_grpcio(version: str) -> Optional[str]:
     if len(minor) == 2 and low <= minor <= high:
         return None
     return (f"grpc_retry {__version__} is tested with grpcio {low[0]}.{low[1]} to {high[0]}.{high[1]}, and grpcio "
-            f"{version} is installed: it may fail in ways the tests have not seen. Install a tested grpcio, or a "
-            "grpc_retry release that tests this one.")
+            f"{version} is installed: it may fail in ways the tests have not seen. Install a tested grpcio, a "
+            "grpc_retry release that tests this one, or set GRPC_RETRY_TRANSPORT=portable.")
 
 
 def warn_if_untested() -> None:
@@ -31,4 +31,4 @@ def warn_if_untested() -> None:
 
     reason = untested_grpcio(grpc.__version__)
     if reason is not None:
-        warnings.warn(reason, RuntimeWarning, stacklevel=3)
+        warnings.warn(reason, RuntimeWarning, stacklevel=5)

@@ -10,9 +10,9 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 import grpc
 
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import health
 from grpc_retry._backends.subchannels import RETIRE_GRACE, SHUTDOWN, Subchannels
+from grpc_retry._transport import transport as internals
 
 # How long close() waits for its subchannels' watches to see their channels closed: they do within milliseconds
 # (a call still in C-core would keep its channel open there; close() has ended every call by then).

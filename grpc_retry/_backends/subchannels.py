@@ -57,6 +57,12 @@ CONNECT_PAUSE = 0.001
 FAILURE_NO_SOONER = 0.02
 
 
+def retries_configured(options: RetryOptions) -> bool:
+    """Whether the channel's service config gives any method a retry or hedging policy."""
+    return any(config.retry_policy is not None or config.hedging_policy is not None
+               for config in options.service_config.method_configs.values())
+
+
 class Subchannels:
     def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]) -> None:
@@ -105,6 +111,11 @@ class Subchannels:
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
+        if self.target.scheme == "whole" and options.enable_retries and not retries_configured(options):
+            # One grpcio channel for the whole target, whose resolver may configure retries of its own (an xDS
+            # route's retry policy, gRFC A44): with no policy of grpc_retry's to apply, C-core's stay on. One layer
+            # retries, never two.
+            extra = []
         if self.connections > 1:
             # grpcio's channels to one address with the same arguments share one subchannel (its global pool):
             # each of ours must be a connection of its own.

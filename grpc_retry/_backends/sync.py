@@ -28,11 +28,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import health
 from grpc_retry._backends.subchannels import CONNECTING, READY, RETIRE_GRACE, TRANSIENT_FAILURE, Subchannels, log
 from grpc_retry._serial import SerialThread
 from grpc_retry._timer import TIMERS
+from grpc_retry._transport import transport as internals
 
 FAST, MEDIUM, SLOW = 0.005, 0.25, 2.0
 HOT = 2.0  # after a kick or an attempt sent to it while not READY, a subchannel is watched FAST this long
@@ -211,7 +211,7 @@ class Poller:
             except ValueError:
                 pass
             entry.dead = True
-            entry.channel.close()
+            internals.close_sync_channel(entry.channel)
             return -1
         owner = entry.owner()
         if entry.dead or owner is None:
@@ -441,7 +441,7 @@ class SyncSubchannels(Subchannels):
     def _retire(self, index: int, channel: Any) -> None:
         entry = self._entries[index] if index < len(self._entries) else None
         if entry is None:
-            channel.close()
+            internals.close_sync_channel(channel)
             return
         self._entries[index] = None
         self._retired = [e for e in self._retired if not e.dead] + [entry]
@@ -473,16 +473,16 @@ class SyncSubchannels(Subchannels):
 
     def close(self) -> None:
         """Every subchannel closed now, the retired ones too: grpcio's close cancels their calls and returns
-        (nothing waits on a subchannel's connectivity)."""
+        (with the direct transport, nothing waits on a subchannel's connectivity)."""
         with self._lock:
             retired, self._retired = self._retired, []
         for entry in retired:
             if not entry.dead:
                 entry.dead = True
-                entry.channel.close()
+                internals.close_sync_channel(entry.channel)
         for channel in self._take_all():
             if channel is not None:
-                channel.close()
+                internals.close_sync_channel(channel)
         self._notify()
 
 

@@ -271,6 +271,10 @@ class _Call(CallDriver):
         del self._attempts[n]
         if self._current == n:
             self._current = -1
+        refusal = attempt.refusal  # type: ignore[union-attr]  # (the portable transport's: grpc.aio refuses late)
+        if refusal is not None:
+            self._refused(refusal)
+            return
         status = aio_status(attempt)
         if status is None or aio_locally_cancelled(attempt):
             # Not by us (we forget an attempt before cancelling it): the application cancelled a task reading it,

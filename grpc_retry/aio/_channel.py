@@ -19,11 +19,11 @@ from grpc.aio import (
 )
 
 from grpc_retry import _bases as bases
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import AioSubchannels
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
+from grpc_retry._transport import transport as internals
 from grpc_retry.aio._call import StreamStreamCall, StreamUnaryCall, UnaryStreamCall, UnaryUnaryCall
 from grpc_retry.aio._timers import CallTimers
 
@@ -36,9 +36,7 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("_interceptors", "timers")
-    DIRECT_UNARY = internals.AioMethod
-    RESPONSE_STREAM = internals.AioResponseStream
-    OWN_REQUEST_STREAMS = True
+    ATTEMPTS = internals.AIO
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:

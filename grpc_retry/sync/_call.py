@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Op
 
 import grpc
 
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
+from grpc_retry._transport import transport as internals
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
@@ -96,10 +96,11 @@ class _Attempts(CallDriver):
         self._response = response
         if trailing is not None and previous > 0:
             self._final = FinishedCall(call, trailing, response)
+        elif call is not None and (response is not None and self._method.deserializer is not None
+                                   or internals.FINAL_WRAPPED):
+            self._final = internals.sync_final(call, response)  # its result(), as grpcio's: the response, deserialized
         else:
             self._final = call
-            if response is not None and call is not None and self._method.deserializer is not None:
-                internals.sync_set_response(call, response)  # its result(), as grpcio's: the response, deserialized
 
     def _local(self, code: int, details: str) -> None:
         self._error = local_error(*local_status(code, details, self._method.subchannels))
@@ -417,7 +418,7 @@ class _NonBlocking(_Attempts):
                   and internals.sync_direct()):
                 # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
                 # one batch, reported from its spin thread
-                call = internals.SyncUnaryAttempt(inner, payload,  # type: ignore[arg-type]  # (its bytes)
+                call = internals.SyncUnaryAttempt(inner, payload,  # (its bytes)
                                                   on_end=partial(self._ended, n), **kwargs)
                 reports = True
             elif self._requests is not None and internals.sync_direct():

@@ -12,12 +12,12 @@ from typing import Any, Callable, Iterator, List, Optional, Type
 import grpc
 
 from grpc_retry import _bases as bases
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends import SyncSubchannels, serially
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
+from grpc_retry._transport import transport as internals
 from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
 from grpc_retry.sync._hedged import HedgedBlockingCall
 from grpc_retry.sync._request_stream import BlockingStreamCall
@@ -35,8 +35,7 @@ class _MultiCallable(Method):
     """One method of the channel: resolves its policy once, then makes calls."""
 
     __slots__ = ("workers",)
-    HEDGED_UNARY = internals.SyncHeadersFirst
-    RESPONSE_STREAM = internals.SyncResponseStream
+    ATTEMPTS = internals.SYNC
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
                  kind: str) -> None:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Deque, Iterator, List, Optional, Tuple
 
 import grpc
 
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CANCEL, DELIVER, END, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
+from grpc_retry._transport import transport as internals
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._call import _Attempts, _requests_of
 

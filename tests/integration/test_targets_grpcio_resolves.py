@@ -88,3 +88,34 @@ def test_the_config_is_still_grpc_retrys_on_a_whole_target():
     with pytest.raises(ValueError):
         grpc_retry.insecure_channel("xds:///svc.test", options=[("grpc.service_config", json.dumps(
             {"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 1}}]}))])
+
+
+@pytest.mark.parametrize("options, c_core_retries", [
+    ([], True),
+    ([("grpc.service_config", json.dumps({"methodConfig": [{"name": [{}], "timeout": "5s"}]}))], True),
+    ([("grpc.service_config", service_config(retry_policy(max_attempts=2)))], False),
+    ([("grpc.service_config", json.dumps({"methodConfig": [{"name": [{"service": "s"}], "hedgingPolicy": {
+        "maxAttempts": 2, "hedgingDelay": "1s"}}]}))], False),
+    ([("grpc.enable_retries", 0)], False),
+], ids=["no-config", "no-policy", "retry-policy", "hedging-policy", "retries-off"])
+@pytest.mark.parametrize("api", ["sync", "aio"])
+def test_a_whole_target_keeps_grpcios_retries_unless_grpc_retry_has_a_policy(api, options, c_core_retries):
+    """A target grpcio resolves (xds:) may have its resolver configure retries (an xDS route's, gRFC A44): they
+    stay on in its grpcio channel while grpc_retry's channel has no retry or hedging policy of its own, and are off
+    when it has one (one layer retries, never two) or when retries are off on the channel."""
+
+    def check(channel):
+        given = dict(channel._subchannels._options)
+        assert ("grpc.enable_retries" not in given) is c_core_retries, given
+        assert given.get("grpc.enable_retries", 0) == 0
+
+    if api == "sync":
+        with grpc_retry.insecure_channel("xds:///svc.test", options=options) as channel:
+            check(channel)
+        return
+
+    async def run():
+        async with grpc_retry.aio.insecure_channel("xds:///svc.test", options=options) as channel:
+            check(channel)
+
+    asyncio.run(run())

@@ -1,0 +1,83 @@
+"""How an attempt reaches grpcio: two transports behind one interface, one of them chosen at import.
+
+- **direct** (grpc_retry/_grpc_internals.py): attempts on grpcio's Cython calls, their batches built by grpc_retry.
+  Fast, and bound to grpcio's private internals: every name it uses is verified on the installed grpcio first
+  (`check.py`).
+- **portable** (`portable.py`, `portable_aio.py`): grpcio's public API only: multicallables with `None`
+  serializers, futures, response iterators, grpc.aio calls. Every grpcio release keeps it; it costs more CPU.
+
+The direct one serves when its check passes; else the portable one, with one RuntimeWarning naming what failed.
+GRPC_RETRY_TRANSPORT=portable forces the portable transport; =direct forces the direct one, and grpc_retry's
+import raises ImportError when its check fails.
+
+Each transport has a maker of attempts per API (`SYNC`, `AIO`): `shape(kind, hedged)` tells a method how its
+attempts are made (Method reads it once: the grpcio multicallable kind they use; whether they are the transport's
+own objects with a unary response; whether they show their response headers before the response, which commit a
+hedged call; whether they report their end themselves), and `method(channel, name, shape, owner)` makes the method
+on one subchannel that attempts are started through. What an attempt is, per API and call shape:
+
+| API   | call            | direct                                   | portable                                |
+|-------|-----------------|------------------------------------------|-----------------------------------------|
+| sync  | unary, blocking | one batch on the caller's thread         | grpcio's blocking call                  |
+| sync  | unary response  | one batch, its end told on grpcio's thread | grpcio's future, its end read on a worker |
+| sync  | unary, hedged   | two batches: the headers, the response   | a unary-stream call, read by a worker   |
+| sync  | response stream | a batch per message read                 | grpcio's response iterator              |
+| sync  | request stream  | grpcio's call, its requests sent by a worker | grpcio's call over a request iterator |
+| aio   | unary response  | one batch (hedged: headers, then response) | a grpc.aio call (hedged: a stream call) |
+| aio   | response stream | a batch per message read                 | a grpc.aio call, read as asked          |
+| aio   | request stream  | a batch per message written              | a grpc.aio call's write(), done_writing() |
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, List, Tuple
+
+from grpc_retry._transport import check
+
+ENV = "GRPC_RETRY_TRANSPORT"
+CHOICES = ("direct", "portable")
+
+
+def choose(wanted: str, failures: List[str]) -> Tuple[str, str]:
+    """(the transport, a warning to give or "") for GRPC_RETRY_TRANSPORT=`wanted` and the direct check's
+    `failures`. Raises ImportError for a value it does not know, or for `direct` when the check failed."""
+    wanted = wanted.strip().lower()
+    if wanted and wanted not in CHOICES:
+        raise ImportError(f"{ENV}={wanted!r}: expected one of {', '.join(CHOICES)}")
+    if wanted == "portable":
+        return "portable", ""
+    if not failures:
+        return "direct", ""
+    import grpc
+
+    what = "; ".join(failures)
+    if wanted == "direct":
+        raise ImportError(f"{ENV}=direct, but grpcio {grpc.__version__} lacks what the direct transport uses: {what}")
+    return "portable", (f"grpc_retry: grpcio {grpc.__version__} lacks what the direct transport uses ({what}): "
+                        "attempts use grpcio's public API (the portable transport), which costs more CPU per call")
+
+
+def _select() -> Tuple[str, List[str]]:
+    wanted = os.environ.get(ENV, "")
+    failures = [] if wanted.strip().lower() == "portable" else check.failures()
+    name, warning = choose(wanted, failures)
+    if warning:
+        warnings.warn(warning, RuntimeWarning, stacklevel=4)
+    elif name == "direct":
+        from grpc_retry._version import warn_if_untested
+
+        warn_if_untested()  # its check passed, but the direct transport has not been seen to work there
+    return name, failures
+
+
+NAME, FAILURES = _select()
+
+transport: Any  # the chosen transport's module: what the drivers and subchannels call
+if NAME == "direct":
+    from grpc_retry import _grpc_internals as transport
+else:
+    from grpc_retry._transport import portable as transport
+
+__all__ = ["CHOICES", "ENV", "FAILURES", "NAME", "choose", "transport"]

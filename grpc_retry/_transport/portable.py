@@ -1,0 +1,343 @@
+"""The portable transport: attempts and subchannels on grpcio's public API only (what every grpcio release keeps),
+for a grpcio whose internals the direct transport does not know. The asyncio attempts are in portable_aio.py.
+
+Sync: a non-blocking attempt is grpcio's own call (a future, or a response iterator) with `None` serializers. Its
+end is read on a worker thread of the channel: grpcio tells a call's end on its own thread, where a public read of
+the headers may wait for that very thread; a worker may wait. Connectivity is followed with grpcio's
+subscribe(), a thread of grpcio's per subchannel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, Optional, Tuple
+
+import grpc
+
+from grpc_retry._grpc_internals import EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
+from grpc_retry._grpc_internals import _AttemptState as AttemptState
+from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
+from grpc_retry.sync._status import FinishedCall
+
+Metadata = Tuple[Any, ...]
+
+_OK = grpc.StatusCode.OK
+_UNARY_RESPONSES = ("unary_unary", "stream_unary")
+# grpcio's words for a call its application cancelled: such an ended call has no debug error string (reading it
+# would wait for good).
+_LOCALLY_CANCELLED = "Locally cancelled by application!"
+
+
+def _original(function: Any) -> Any:
+    """A grpc constructor as grpcio defines it, under any wrapping that kept `__wrapped__` (install())."""
+    while hasattr(function, "__wrapped__"):
+        function = function.__wrapped__
+    return function
+
+
+_insecure_channel = _original(grpc.insecure_channel)
+_secure_channel = _original(grpc.secure_channel)
+_aio_insecure_channel = _original(grpc.aio.insecure_channel)
+_aio_secure_channel = _original(grpc.aio.secure_channel)
+
+# -- sync attempts ---------------------------------------------------------------------------------------------
+
+
+def sync_direct() -> bool:
+    """Whether the sync driver may start attempts on grpcio's Cython calls: never here."""
+    return False
+
+
+class SyncAttempts:
+    """Every non-blocking sync attempt is a SyncAttempt; a hedged unary-unary call's are unary-stream calls, whose
+    headers show before their response."""
+
+    @staticmethod
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
+        if hedged and kind == "unary_unary":  # its response is read, and its end reported, by its watcher
+            return "unary_stream", False, False, False
+        return kind, False, False, True
+
+    @staticmethod
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> SyncMethod:
+        return SyncMethod(getattr(channel, shape[0])(name), shape[0], owner.workers)
+
+
+class SyncMethod:
+    """A method on one subchannel: called as grpcio's multicallable (a blocking call) or, with `on_end`, an
+    attempt that reports its end."""
+
+    __slots__ = ("_multicallable", "_unary_response", "_workers")
+
+    def __init__(self, multicallable: Any, kind: str, workers: Any) -> None:
+        self._multicallable = multicallable
+        self._unary_response = kind in _UNARY_RESPONSES
+        self._workers = workers
+
+    def __call__(self, request: Any, *, on_end: Optional[Callable[[Any], None]] = None, **kwargs: Any) -> Any:
+        """With a unary response and no `on_end`, grpcio's blocking call; else an attempt (without `on_end`, its
+        end is for whoever waits for it: wait_end())."""
+        if self._unary_response:
+            if on_end is None:
+                return self._multicallable(request, **kwargs)
+            call = self._multicallable.future(request, **kwargs)
+        else:
+            call = self._multicallable(request, **kwargs)
+        return SyncAttempt(call, self._unary_response, self._workers, on_end)
+
+    def with_call(self, request: Any, **kwargs: Any) -> Any:
+        return self._multicallable.with_call(request, **kwargs)
+
+
+class SyncAttempt:
+    """One non-blocking sync attempt: grpcio's call, its end read into `_state` on a worker thread, then told to
+    `on_end(self)`. Iterated, it reads the response stream."""
+
+    __slots__ = ("_call", "_state", "_unary_response", "_workers", "_on_end", "_ended", "_cancelled")
+
+    def __init__(self, call: Any, unary_response: bool, workers: Any,
+                 on_end: Optional[Callable[[Any], None]]) -> None:
+        self._call = call
+        self._state = AttemptState()
+        self._unary_response = unary_response
+        self._workers = workers
+        self._on_end: Optional[Callable[[Any], None]] = on_end
+        self._ended = threading.Event()
+        self._cancelled = False
+        if not call.add_callback(self._terminated):
+            self._terminated()
+
+    def _terminated(self) -> None:
+        """grpcio's thread (or the maker's): the call has ended; its end is read where a read may wait."""
+        try:
+            self._workers.submit(self._read_end)
+        except RuntimeError:  # the channel closed meanwhile
+            threading.Thread(target=self._read_end, name="grpc_retry-attempt-end", daemon=True).start()
+
+    def _read_end(self) -> None:
+        call, state = self._call, self._state
+        try:
+            code = call.code()
+            state.details = call.details()
+            state.trailing_metadata = tuple(call.trailing_metadata() or ())
+            state.initial_metadata = tuple(call.initial_metadata() or ())
+            if code is not _OK and not (self._cancelled or call.cancelled() or state.details == _LOCALLY_CANCELLED):
+                state.debug_error_string = call.debug_error_string()
+            if code is _OK and self._unary_response:
+                state.response = call.result()
+            state.code = code
+        except Exception as error:  # grpcio's accessors should not raise once the call ended: a bug of theirs
+            state.code, state.details = grpc.StatusCode.INTERNAL, f"grpc_retry could not read an attempt: {error!r}"
+        self._ended.set()
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            try:
+                on_end(self)
+            except Exception:
+                import logging
+
+                logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
+
+    def __iter__(self) -> SyncAttempt:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._call)  # type: ignore[no-any-return]
+
+    def done(self) -> bool:
+        return self._ended.is_set()
+
+    def cancel(self) -> bool:
+        self._cancelled = True
+        return bool(self._call.cancel())
+
+    def wait_headers(self) -> Tuple[Metadata, bool]:
+        """Block until the response headers came or the attempt ended: (the headers, whether it has ended)."""
+        metadata = tuple(self._call.initial_metadata() or ())
+        return metadata, self._ended.is_set()
+
+    def wait_end(self) -> None:
+        self._ended.wait()
+
+    # What FinishedCall reads of the attempt the application got
+    def initial_metadata(self) -> Metadata:
+        return self._state.initial_metadata or ()
+
+    def details(self) -> Optional[str]:
+        return self._state.details
+
+    def debug_error_string(self) -> Optional[str]:
+        return self._state.debug_error_string
+
+
+FINAL_WRAPPED = True  # attempts are no grpc.Call to give the application: sync_final() makes one
+
+
+def sync_final(call: Any, response: Any) -> Any:
+    trailing = call._state.trailing_metadata if type(call) is SyncAttempt else tuple(call.trailing_metadata() or ())
+    return FinishedCall(call, trailing, response)
+
+
+def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
+    """An ended attempt's (code, details, trailing metadata, debug error string, initial metadata): a SyncAttempt's
+    as read on its end, or what grpcio's own ended call (or the error a blocking call raised) answers."""
+    if type(call) is SyncAttempt:
+        state = call._state
+        return (state.code, state.details, state.trailing_metadata, state.debug_error_string,
+                state.initial_metadata or ())
+    code = call.code()
+    return (code, call.details(), tuple(call.trailing_metadata() or ()),
+            None if code is _OK else call.debug_error_string(), tuple(call.initial_metadata() or ()))
+
+
+def sync_code(call: Any) -> Any:
+    return call._state.code if type(call) is SyncAttempt else call.code()
+
+
+def sync_response(call: Any) -> Any:
+    return call._state.response if type(call) is SyncAttempt else None
+
+
+def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
+    """Block (never on grpcio's own thread) until an attempt has its response headers or has ended."""
+    return call.wait_headers()  # type: ignore[no-any-return]
+
+
+def sync_wait_end(call: Any) -> None:
+    call.wait_end()
+
+
+# -- sync subchannels ------------------------------------------------------------------------------------------
+
+
+def new_sync_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                     compression: Optional[grpc.Compression]) -> grpc.Channel:
+    """A subchannel: grpc's own constructor, as grpcio defines it (not as install() replaced it)."""
+    if credentials is None:
+        return _insecure_channel(target, options=tuple(options), compression=compression)  # type: ignore[no-any-return]
+    return _secure_channel(target, credentials, options=tuple(options),  # type: ignore[no-any-return]
+                           compression=compression)
+
+
+def new_sync_channel_with_id(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                             compression: Optional[grpc.Compression]) -> Tuple[grpc.Channel, Optional[int]]:
+    """A subchannel, and no channelz id: grpcio's public API does not tell one."""
+    return new_sync_channel(target, options, credentials, compression), None
+
+
+def channelz_subchannels(cid: int) -> Optional[Tuple[bytes, ...]]:
+    return None
+
+
+class _Connectivity:
+    """A sync channel's state as grpcio's subscribe() tells it (grpc.ChannelConnectivity's number; IDLE until told)."""
+
+    __slots__ = ("_channel", "_condition", "state", "__weakref__")
+
+    def __init__(self, channel: grpc.Channel, try_to_connect: bool) -> None:
+        self._channel = weakref.ref(channel)
+        self._condition = threading.Condition()
+        self.state = 0
+        channel.subscribe(self._changed, try_to_connect=try_to_connect)
+
+    def _changed(self, connectivity: grpc.ChannelConnectivity) -> None:
+        with self._condition:
+            self.state = int(connectivity.value[0])
+            self._condition.notify_all()
+
+    def read(self, try_to_connect: bool) -> int:
+        channel = self._channel()
+        if channel is None:
+            raise ValueError("closed")
+        if try_to_connect and self.state == 0:
+            channel.subscribe(_ignored, try_to_connect=True)  # grpcio's watch connects it, within 0.2 s
+            channel.unsubscribe(_ignored)
+        return self.state
+
+    def wait(self, last: int, timeout: float) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: self.state != last, timeout)
+
+
+def _ignored(_: Any) -> None:
+    pass
+
+
+_CONNECTIVITY: weakref.WeakKeyDictionary[grpc.Channel, _Connectivity] = weakref.WeakKeyDictionary()
+_CONNECTIVITY_LOCK = threading.Lock()
+
+
+def _connectivity(channel: grpc.Channel, try_to_connect: bool = False) -> _Connectivity:
+    """The channel's connectivity, followed from now on (connecting it at once if `try_to_connect`)."""
+    with _CONNECTIVITY_LOCK:
+        found = _CONNECTIVITY.get(channel)
+        if found is None:
+            found = _CONNECTIVITY[channel] = _Connectivity(channel, try_to_connect)
+            try_to_connect = False
+    if try_to_connect:
+        found.read(True)
+    return found
+
+
+def sync_state_reader(channel: Any) -> Callable[[bool], int]:
+    return _connectivity(channel).read
+
+
+def sync_connectivity(channel: Any, try_to_connect: bool) -> int:
+    return _connectivity(channel, try_to_connect).state
+
+
+def sync_calls_in_flight(channel: Any) -> int:
+    """Unknown through grpcio's public API: a retired subchannel is taken as busy until its grace ends."""
+    return 1
+
+
+def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
+    return _connectivity(channel).wait(last, timeout)
+
+
+def close_sync_channel(channel: grpc.Channel) -> None:
+    """Close a subchannel: its calls are cancelled at once; the rest, which waits for grpcio's connectivity watch of
+    it to come round (up to 0.2 s), goes on aside."""
+    with _CONNECTIVITY_LOCK:
+        connectivity = _CONNECTIVITY.pop(channel, None)
+    if connectivity is None:
+        channel.close()
+        return
+    channel.unsubscribe(connectivity._changed)
+    threading.Thread(target=channel.close, name="grpc_retry-close", daemon=True).start()
+
+
+# -- asyncio subchannels ----------------------------------------------------------------------------------------
+
+
+def aio_working_loop() -> asyncio.AbstractEventLoop:
+    """The loop a grpc.aio channel made now binds to: the running one, or (outside a coroutine) the current one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return asyncio.get_event_loop_policy().get_event_loop()
+
+
+def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.ChannelCredentials],
+                    compression: Optional[grpc.Compression]) -> grpc.aio.Channel:
+    if credentials is None:
+        return _aio_insecure_channel(target, options=tuple(options),  # type: ignore[no-any-return]
+                                     compression=compression)
+    return _aio_secure_channel(target, credentials, options=tuple(options),  # type: ignore[no-any-return]
+                               compression=compression)
+
+
+SYNC = SyncAttempts()
+AIO = AioAttempts()
+
+__all__ = ["AIO", "AioAttempt", "EndWaiter", "FINAL_WRAPPED", "SYNC", "aio_initial_metadata", "aio_intercepted",
+           "aio_locally_cancelled", "aio_status", "aio_working_loop", "channelz_subchannels", "close_sync_channel",
+           "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code",
+           "sync_connectivity", "sync_direct", "sync_final", "sync_response", "sync_state_reader", "sync_status",
+           "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity"]

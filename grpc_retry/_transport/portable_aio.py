@@ -1,0 +1,383 @@
+"""The portable transport's asyncio attempts: grpc.aio calls made by grpc.aio's public multicallables (`None`
+serializers), each followed by a task of its own that tells the driver what the call did, as the direct
+transport's AioAttempt tells it from its batches (same interface: grpc_retry/_grpc_internals.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple
+
+import grpc
+from grpc.aio import AioRpcError
+
+from grpc_retry import _grpc_internals
+
+EOF = grpc.aio.EOF
+_RESPONSE_STREAMS = ("unary_stream", "stream_stream")
+_LOCALLY_CANCELLED = "Locally cancelled by application!"  # grpc.aio's words, as its own calls' cancel()
+_HALF_CLOSE = object()
+_CORE_ERROR = "Internal error from Core"  # grpc.aio's status for a batch C-core refused
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+REAL_STATUS_TURNS = 100  # how long (ms) a status grpc.aio made up is given to be replaced by the call's own
+log = logging.getLogger("grpc_retry")
+
+
+class AioAttempts:
+    """Every asyncio attempt is an AioAttempt, shaped as the direct transport's (its table); a hedged call's unary
+    response comes through a stream call, whose headers show before its response."""
+
+    shape = staticmethod(_grpc_internals.AioAttempts.shape)
+
+    @staticmethod
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> AioMethod:
+        return AioMethod(channel, name, shape[0], shape[2])
+
+
+class AioMethod:
+    """A method on one subchannel: it makes AioAttempts, called as grpc.aio's multicallable is (with bytes, or None
+    for a request stream). `whole`: the same method with its headers shown with its response."""
+
+    __slots__ = ("_multicallable", "_request_stream", "_stream", "_headers_first", "whole")
+
+    def __init__(self, channel: Any, name: str, kind: str, headers_first: bool) -> None:
+        self._stream = kind in _RESPONSE_STREAMS
+        self._request_stream = kind.startswith("stream")
+        self._headers_first = headers_first or self._stream
+        self.whole = AioMethod(channel, name, kind, False) if headers_first and not self._stream else self
+        if headers_first and not self._stream:  # grpc.aio shows a unary response's headers only with it
+            kind = "stream_stream" if self._request_stream else "unary_stream"
+        self._multicallable = getattr(channel, kind)(name)
+
+    def __call__(self, request: Optional[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> AioAttempt:
+        call = self._multicallable(None if self._request_stream else request, timeout=timeout, metadata=metadata,
+                                   credentials=credentials, wait_for_ready=wait_for_ready, compression=compression)
+        return AioAttempt(call, self._headers_first, self._stream, self._request_stream)
+
+
+class _Status:
+    """An attempt's final status, as the driver reads it (aio_status()): its code a number, as C-core's."""
+
+    __slots__ = ("_code", "_details", "_trailing", "_debug")
+
+    def __init__(self, code: int, details: Optional[str], trailing: Tuple[Any, ...], debug: Optional[str]) -> None:
+        self._code, self._details, self._trailing, self._debug = code, details, trailing, debug
+
+    def code(self) -> int:
+        return self._code
+
+    def details(self) -> Optional[str]:
+        return self._details
+
+    def trailing_metadata(self) -> Tuple[Any, ...]:
+        return self._trailing
+
+    def debug_error_string(self) -> Optional[str]:
+        return self._debug
+
+
+class AioAttempt:
+    """One attempt: a grpc.aio call, and the task that follows it. It tells the driver `on_sent()` once a request
+    stream's metadata went out, `on_headers()` when the response headers came (a unary response shown headers
+    first), `on_written()` once a message written went, `on_end(response or EOF)` when it ended, then its done
+    callbacks. A response stream's messages are read by the driver (read())."""
+
+    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
+                 "_headers_first", "_stream", "_request_stream", "_task", "_outbox", "_sender", "_first", "_told",
+                 "sent", "refusal", "on_headers", "on_end", "on_sent", "on_written", "__weakref__")
+
+    def __init__(self, call: Any, headers_first: bool, stream: bool, request_stream: bool) -> None:
+        self._call = call
+        self._loop = asyncio.get_running_loop()
+        self._status: Optional[_Status] = None
+        self._initial_metadata: Optional[Tuple[Any, ...]] = None
+        self._locally_cancelled = False
+        self._waiters: Optional[List[asyncio.Future[None]]] = None
+        self._callbacks: Optional[List[Callable[[Any], None]]] = None
+        self._headers_first = headers_first
+        self._stream = stream
+        self._request_stream = request_stream
+        self._outbox: Deque[Any] = collections.deque()  # a request stream's messages and half-close, to send
+        self._sender: Optional[asyncio.Task[None]] = None
+        self._told: Optional[_Status] = None  # the status grpc.aio told first (see _ended)
+        self.sent = False
+        self.refusal: Optional[BaseException] = None  # what grpc.aio raised instead of making the call
+        self.on_headers: Optional[Callable[[], None]] = None
+        self.on_end: Optional[Callable[[Any], None]] = None
+        self.on_sent: Optional[Callable[[], None]] = None
+        self.on_written: Optional[Callable[[], None]] = None
+        # A stream-stream call's first read, started now: the only wait on which grpc.aio raises its refusal of
+        # such a call. The driver's first read() awaits it.
+        self._first: Optional[asyncio.Task[Any]] = None
+        if request_stream and headers_first:
+            self._first = self._loop.create_task(call.read())
+            self._first.add_done_callback(_retrieved)
+        self._task: Optional[asyncio.Task[None]] = self._loop.create_task(self._follow())
+        call.add_done_callback(self._ended)
+
+    def _ended(self, call: Any) -> None:
+        """grpc.aio set the call's status: it is read now. A write C-core refuses once the call has ended has
+        grpc.aio set a status of its own over it (INTERNAL) a moment later."""
+        try:
+            code = _now(call.code())
+            self._told = _Status(code.value[0], _now(call.details()), tuple(_now(call.trailing_metadata()) or ()),
+                                 None if code is grpc.StatusCode.OK else _now(call.debug_error_string()))
+        except _NotYet:
+            pass
+
+    async def _follow(self) -> None:
+        call = self._call
+        response: Any = EOF
+        sending: Optional[asyncio.Task[None]] = None
+        try:
+            if self._request_stream and not self._stream and not self._headers_first:
+                # A unary response is awaited at once (grpc.aio raises its refusal of the call there); the
+                # metadata's going out is watched beside it.
+                sending = self._loop.create_task(self._until_sent())
+            elif self._first is not None:
+                sent = self._loop.create_task(self._until_sent())
+                first = self._first
+                try:
+                    await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
+                    if first.done() and not first.cancelled() and first.exception() is not None:
+                        raise first.exception()  # type: ignore[misc]
+                    await sent
+                finally:
+                    if not sent.done():
+                        sent.cancel()
+            elif self._request_stream:
+                await self._until_sent()
+            elif self._headers_first:
+                await call.wait_for_connection()  # (a unary-stream call: it raises grpc.aio's refusal)
+            if self._headers_first:
+                metadata = tuple(await call.initial_metadata())
+                if self._status is None:
+                    self._set_headers(metadata)
+                    if self.on_headers is not None and not self._stream and (metadata or not call.done()):
+                        self.on_headers()
+            if not self._stream:
+                if self._headers_first:
+                    message = await (call.read() if self._first is None else self._first)
+                    if message is not EOF and self._status is None:
+                        response = message
+                else:
+                    response = await call
+            await call.code()
+        except AioRpcError:
+            response = EOF
+        except asyncio.CancelledError:
+            if self._status is not None:
+                return  # cancelled by cancel(): it ended there
+            raise
+        except Exception as error:  # grpc.aio refused the call (metadata it cannot send): the driver raises this
+            if self._status is None:
+                self.refusal = error
+                self._task = None
+                self._set_status(_Status(13, f"grpc_retry could not start an attempt: {error!r}", (), None))
+                self._end(EOF)
+            return
+        finally:
+            if sending is not None and not sending.done():
+                sending.cancel()
+        if self._status is not None:
+            return
+        status = self._told
+        if status is None or status.code() == 13 and status.details() == _CORE_ERROR:
+            code = await call.code()
+            if code is grpc.StatusCode.INTERNAL and await call.details() == _CORE_ERROR:
+                code = await self._real_status()
+            status = _Status(code.value[0], await call.details(), tuple(await call.trailing_metadata() or ()),
+                             None if code is grpc.StatusCode.OK else await call.debug_error_string())
+        code = _CODES[status.code()]
+        self._set_headers(tuple(await call.initial_metadata() or ()))
+        self._locally_cancelled = code is grpc.StatusCode.CANCELLED and call.cancelled()
+        self._task = None
+        self._set_status(status)
+        self._end(response)
+
+    async def _real_status(self) -> grpc.StatusCode:
+        """A write that C-core refused (the call had ended) has grpc.aio set a status of its own, INTERNAL, which
+        the call's real status replaces as it arrives (at once: it is why the write failed)."""
+        call = self._call
+        for _ in range(REAL_STATUS_TURNS):
+            await asyncio.sleep(0.001)
+            code = await call.code()
+            if code is not grpc.StatusCode.INTERNAL or await call.details() != _CORE_ERROR:
+                return code  # type: ignore[no-any-return]
+        return grpc.StatusCode.INTERNAL
+
+    async def _until_sent(self) -> None:
+        """Until the request stream's metadata went out: then `on_sent()`."""
+        call = self._call
+        await call.wait_for_connection()
+        if self._status is None and not call.done():
+            self.sent = True
+            self._wake()
+            if self.on_sent is not None:
+                self.on_sent()
+
+    def write(self, data: bytes) -> None:
+        """Send a message of the request stream: `on_written()` once it went. One at a time."""
+        self._send(data)
+
+    def half_close(self) -> None:
+        """Half-close the request stream, after the messages written."""
+        self._send(_HALF_CLOSE)
+
+    def _send(self, item: Any) -> None:
+        if self._status is not None:
+            return
+        self._outbox.append(item)
+        if self._sender is None:
+            self._sender = self._loop.create_task(self._send_all())
+
+    async def _send_all(self) -> None:
+        """Each message (and the half-close) in order, one at a time: grpc.aio's write() and done_writing() must
+        not overlap."""
+        call = self._call
+        try:
+            while self._outbox and self._status is None:
+                item = self._outbox.popleft()
+                if item is _HALF_CLOSE:
+                    await call.done_writing()
+                else:
+                    await call.write(item)
+                    if self._status is None and self.on_written is not None:
+                        self.on_written()
+        except (AioRpcError, asyncio.InvalidStateError):
+            pass  # the call is over: its end says how
+        finally:
+            self._sender = None
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _set_headers(self, metadata: Tuple[Any, ...]) -> None:
+        if self._initial_metadata is None:
+            self._initial_metadata = metadata
+            self._wake()
+
+    def _set_status(self, status: _Status) -> None:
+        self._status = status
+        self._set_headers(())
+        self._wake()
+
+    def _end(self, response: Any) -> None:
+        on_end = self.on_end
+        self.on_headers = self.on_end = self.on_sent = self.on_written = None  # they hold the attempt
+        self._outbox.clear()
+        if on_end is not None:
+            on_end(response)
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for callback in callbacks:
+                callback(self)
+
+    async def _woken(self) -> None:
+        waiter = self._loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        await waiter
+
+    async def initial_metadata(self) -> Tuple[Any, ...]:
+        while self._initial_metadata is None:
+            await self._woken()
+        return self._initial_metadata
+
+    async def wait_for_connection(self) -> None:
+        """A request stream's until its metadata went out, a unary request's until its headers came; or until it
+        ended."""
+        if self._request_stream:
+            while not self.sent and self._status is None:
+                await self._woken()
+        else:
+            await self.initial_metadata()
+
+    def read(self) -> Optional[Awaitable[Any]]:
+        """A response stream's next message, to await (EOF once the stream ended), or None once the attempt has
+        ended."""
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        if self._status is not None:
+            return None
+        return self._call.read()  # type: ignore[no-any-return]
+
+    async def code(self) -> grpc.StatusCode:
+        while self._status is None:
+            await self._woken()
+        return _CODES[self._status.code()]
+
+    def done(self) -> bool:
+        return self._status is not None
+
+    def is_locally_cancelled(self) -> bool:
+        return self._locally_cancelled
+
+    def cancel(self) -> bool:
+        """Cancel the attempt: it ends now (`on_end(EOF)` and the done callbacks run before this returns)."""
+        if self._status is not None:
+            return False
+        self._locally_cancelled = True
+        self._call.cancel()
+        self._set_status(_Status(1, _LOCALLY_CANCELLED, (), None))
+        for task in (self._task, self._sender, self._first):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._task = self._sender = self._first = None
+        self._end(EOF)
+        return True
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        if self._status is not None:
+            callback(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+
+class _NotYet(Exception):
+    pass
+
+
+def _now(coroutine: Any) -> Any:
+    """What one of grpc.aio's accessors of an ended call returns: its coroutine finishes without waiting (else
+    _NotYet)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise _NotYet()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def aio_intercepted(kind: str) -> type:
+    """grpc.aio's intercepted call class for `kind`: the direct transport's, which runs grpc.aio's own interceptor
+    classes, where the installed grpcio has them as grpc_retry knows them; else one that refuses to be made."""
+    from grpc_retry._transport import check
+
+    missing = check.interceptor_failures()
+    if not missing:
+        return _grpc_internals.aio_intercepted(kind)
+    reason = (f"grpc_retry cannot run grpc.aio interceptors on grpcio {grpc.__version__}: {'; '.join(missing)}. "
+              "Intercept the calls above the channel instead, or install a grpcio grpc_retry knows.")
+
+    class Refused:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError(reason)
+
+    return Refused
