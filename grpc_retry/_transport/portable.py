@@ -26,9 +26,18 @@ Metadata = Tuple[Any, ...]
 
 _OK = grpc.StatusCode.OK
 _UNARY_RESPONSES = ("unary_unary", "stream_unary")
-# grpcio's words for a call its application cancelled: such an ended call has no debug error string (reading it
-# would wait for good).
-_LOCALLY_CANCELLED = "Locally cancelled by application!"
+_DEBUG = '\tdebug_error_string = "'  # how an ended call's str() shows its debug error string
+
+
+def _debug_error_string(call: Any) -> Optional[str]:
+    """An ended call's debug error string, as its str() shows it: grpcio's accessor waits until there is one, and
+    some ends never have one (a status code gRPC does not define, a local cancel)."""
+    text = str(call)
+    start = text.find(_DEBUG)
+    if start < 0 or not text.endswith('"\n>'):
+        return None
+    value = text[start + len(_DEBUG):-3]
+    return None if value == "None" else value
 
 
 def _original(function: Any) -> Any:
@@ -96,7 +105,7 @@ class SyncAttempt:
     """One non-blocking sync attempt: grpcio's call, its end read into `_state` on a worker thread, then told to
     `on_end(self)`. Iterated, it reads the response stream."""
 
-    __slots__ = ("_call", "_state", "_unary_response", "_workers", "_on_end", "_ended", "_cancelled")
+    __slots__ = ("_call", "_state", "_unary_response", "_workers", "_on_end", "_ended")
 
     def __init__(self, call: Any, unary_response: bool, workers: Any,
                  on_end: Optional[Callable[[Any], None]]) -> None:
@@ -106,7 +115,6 @@ class SyncAttempt:
         self._workers = workers
         self._on_end: Optional[Callable[[Any], None]] = on_end
         self._ended = threading.Event()
-        self._cancelled = False
         if not call.add_callback(self._terminated):
             self._terminated()
 
@@ -124,8 +132,8 @@ class SyncAttempt:
             state.details = call.details()
             state.trailing_metadata = tuple(call.trailing_metadata() or ())
             state.initial_metadata = tuple(call.initial_metadata() or ())
-            if code is not _OK and not (self._cancelled or call.cancelled() or state.details == _LOCALLY_CANCELLED):
-                state.debug_error_string = call.debug_error_string()
+            if code is not _OK:
+                state.debug_error_string = _debug_error_string(call)
             if code is _OK and self._unary_response:
                 state.response = call.result()
             state.code = code
@@ -151,7 +159,6 @@ class SyncAttempt:
         return self._ended.is_set()
 
     def cancel(self) -> bool:
-        self._cancelled = True
         return bool(self._call.cancel())
 
     def wait_headers(self) -> Tuple[Metadata, bool]:
@@ -190,7 +197,7 @@ def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str],
                 state.initial_metadata or ())
     code = call.code()
     return (code, call.details(), tuple(call.trailing_metadata() or ()),
-            None if code is _OK else call.debug_error_string(), tuple(call.initial_metadata() or ()))
+            None if code is _OK else _debug_error_string(call), tuple(call.initial_metadata() or ()))
 
 
 def sync_code(call: Any) -> Any:
@@ -268,6 +275,7 @@ def _ignored(_: Any) -> None:
 
 _CONNECTIVITY: weakref.WeakKeyDictionary[grpc.Channel, _Connectivity] = weakref.WeakKeyDictionary()
 _CONNECTIVITY_LOCK = threading.Lock()
+_CLOSED: weakref.WeakSet[grpc.Channel] = weakref.WeakSet()
 
 
 def _connectivity(channel: grpc.Channel, try_to_connect: bool = False) -> _Connectivity:
@@ -275,6 +283,8 @@ def _connectivity(channel: grpc.Channel, try_to_connect: bool = False) -> _Conne
     with _CONNECTIVITY_LOCK:
         found = _CONNECTIVITY.get(channel)
         if found is None:
+            if channel in _CLOSED:  # (grpcio's watch of a closed channel fails on its own thread)
+                raise ValueError("closed")
             found = _CONNECTIVITY[channel] = _Connectivity(channel, try_to_connect)
             try_to_connect = False
     if try_to_connect:
@@ -304,6 +314,7 @@ def close_sync_channel(channel: grpc.Channel) -> None:
     it to come round (up to 0.2 s), goes on aside."""
     with _CONNECTIVITY_LOCK:
         connectivity = _CONNECTIVITY.pop(channel, None)
+        _CLOSED.add(channel)
     if connectivity is None:
         channel.close()
         return

@@ -119,12 +119,16 @@ class AioAttempt:
 
     def _ended(self, call: Any) -> None:
         """grpc.aio set the call's status: it is read now. A write C-core refuses once the call has ended has
-        grpc.aio set a status of its own over it (INTERNAL) a moment later."""
+        grpc.aio set a status of its own over it (INTERNAL) a moment later. (grpc.aio before 1.6x tells its done
+        callbacks of each status set: the first real one is kept.)"""
+        told = self._told
+        if told is not None and not (told.code() == 13 and told.details() == _CORE_ERROR):
+            return
         try:
-            code = _now(call.code())
+            code = _now(_code_of(call))
             self._told = _Status(code.value[0], _now(call.details()), tuple(_now(call.trailing_metadata()) or ()),
                                  None if code is grpc.StatusCode.OK else _now(call.debug_error_string()))
-        except _NotYet:
+        except Exception:  # (_NotYet: it would wait) read as the call's task ends instead; nothing may raise here
             pass
 
     async def _follow(self) -> None:
@@ -171,13 +175,15 @@ class AioAttempt:
             if self._status is not None:
                 return  # cancelled by cancel(): it ended there
             raise
-        except Exception as error:  # grpc.aio refused the call (metadata it cannot send): the driver raises this
-            if self._status is None:
-                self.refusal = error
-                self._task = None
-                self._set_status(_Status(13, f"grpc_retry could not start an attempt: {error!r}", (), None))
-                self._end(EOF)
-            return
+        except Exception as error:
+            if not call.done():  # grpc.aio refused the call (metadata it cannot send): the driver raises this
+                if self._status is None:
+                    self.refusal = error
+                    self._task = None
+                    self._set_status(_Status(13, f"grpc_retry could not start an attempt: {error!r}", (), None))
+                    self._end(EOF)
+                return
+            # else it ended, and grpc.aio failed reading how (a status code it does not know): read below
         finally:
             if sending is not None and not sending.done():
                 sending.cancel()
@@ -185,7 +191,7 @@ class AioAttempt:
             return
         status = self._told
         if status is None or status.code() == 13 and status.details() == _CORE_ERROR:
-            code = await call.code()
+            code = await _code_of(call)
             if code is grpc.StatusCode.INTERNAL and await call.details() == _CORE_ERROR:
                 code = await self._real_status()
             status = _Status(code.value[0], await call.details(), tuple(await call.trailing_metadata() or ()),
@@ -203,9 +209,9 @@ class AioAttempt:
         call = self._call
         for _ in range(REAL_STATUS_TURNS):
             await asyncio.sleep(0.001)
-            code = await call.code()
+            code = await _code_of(call)
             if code is not grpc.StatusCode.INTERNAL or await call.details() != _CORE_ERROR:
-                return code  # type: ignore[no-any-return]
+                return code
         return grpc.StatusCode.INTERNAL
 
     async def _until_sent(self) -> None:
@@ -309,7 +315,19 @@ class AioAttempt:
             return first
         if self._status is not None:
             return None
-        return self._call.read()  # type: ignore[no-any-return]
+        return self._read()
+
+    async def _read(self) -> Any:
+        try:
+            return await self._call.read()
+        except asyncio.CancelledError:
+            # grpc.aio's read of a call cancelled meanwhile (cancel(): the attempt ended) ends as the stream's end;
+            # the reading task's own cancellation goes on.
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)
+            if self._status is not None and cancelling is not None and not cancelling():
+                return EOF
+            raise
 
     async def code(self) -> grpc.StatusCode:
         while self._status is None:
@@ -343,6 +361,14 @@ class AioAttempt:
         if self._callbacks is None:
             self._callbacks = []
         self._callbacks.append(callback)
+
+
+async def _code_of(call: Any) -> grpc.StatusCode:
+    """An ended call's status code; UNKNOWN for one gRPC does not define (grpc.aio before 1.6x raises KeyError)."""
+    try:
+        return await call.code()  # type: ignore[no-any-return]
+    except KeyError:
+        return grpc.StatusCode.UNKNOWN
 
 
 class _NotYet(Exception):

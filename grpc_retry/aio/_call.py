@@ -832,6 +832,15 @@ class _UnaryRequest(_Call):
         else:
             self._begin()
 
+    async def wait_for_connection(self) -> None:
+        """As grpc.aio's, whose wait is on the task that sends the request: cancelling the task that waits cancels
+        that one, and the call with it."""
+        try:
+            await self._until_sent()
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
 
 class UnaryUnaryCall(_UnaryRequest, _UnaryResponse, bases.AioUnaryUnaryCall):
     __slots__ = ()
