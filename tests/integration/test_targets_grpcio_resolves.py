@@ -72,16 +72,19 @@ def test_a_proxy_sees_the_name_and_retries_stay_ours(api, theirs, ours, call, pr
 def test_proxy_from_the_environment_and_no_proxy(api, theirs, ours, call, proxy, backend, monkeypatch):
     monkeypatch.setenv("grpc_proxy", proxy.url)
     target = f"{HIDDEN}:{backend.port}"
+    # (A name only the proxy knows: answered, both went through it. Ours may share the connection grpcio's made:
+    # with C-core's retries on, its channel's arguments are grpcio's, and grpcio pools subchannels.)
     assert call(theirs, target, []) == call(ours, target, []) == b"x"
-    assert proxy.connects == [target, target]
+    assert proxy.connects and set(proxy.connects) == {target}
+    through = len(proxy.connects)
     direct = f"127.0.0.1:{backend.port}"
     monkeypatch.setenv("no_grpc_proxy", "localhost,127.0.0.0/8")
     assert call(theirs, direct, []) == call(ours, direct, []) == b"x"
-    assert proxy.connects == [target, target]  # exempt: neither went through the proxy
+    assert len(proxy.connects) == through  # exempt: neither went through the proxy
     off = [("grpc.enable_http_proxy", 0)]
     monkeypatch.delenv("no_grpc_proxy")
     assert call(theirs, direct, off) == call(ours, direct, off) == b"x"
-    assert proxy.connects == [target, target]
+    assert len(proxy.connects) == through
 
 
 def test_the_config_is_still_grpc_retrys_on_a_whole_target():
