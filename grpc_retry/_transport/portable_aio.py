@@ -119,8 +119,8 @@ class AioAttempt:
 
     def _ended(self, call: Any) -> None:
         """grpc.aio set the call's status: it is read now. A write C-core refuses once the call has ended has
-        grpc.aio set a status of its own over it (INTERNAL) a moment later. (grpc.aio before 1.6x tells its done
-        callbacks of each status set: the first real one is kept.)"""
+        grpc.aio set a status of its own over it (INTERNAL) a moment later. (grpc.aio 1.60 tells its done callbacks
+        of each status set: the first real one is kept.)"""
         told = self._told
         if told is not None and not (told.code() == 13 and told.details() == _CORE_ERROR):
             return
@@ -364,7 +364,7 @@ class AioAttempt:
 
 
 async def _code_of(call: Any) -> grpc.StatusCode:
-    """An ended call's status code; UNKNOWN for one gRPC does not define (grpc.aio before 1.6x raises KeyError)."""
+    """An ended call's status code; UNKNOWN for one gRPC does not define (grpc.aio 1.60 raises KeyError)."""
     try:
         return await call.code()  # type: ignore[no-any-return]
     except KeyError:
