@@ -217,7 +217,10 @@ class AioAttempt:
     async def _until_sent(self) -> None:
         """Until the request stream's metadata went out: then `on_sent()`."""
         call = self._call
-        await call.wait_for_connection()
+        try:
+            await call.wait_for_connection()
+        except AioRpcError:
+            return  # it ended first: its end says how
         if self._status is None and not call.done():
             self.sent = True
             self._wake()
@@ -252,8 +255,8 @@ class AioAttempt:
                     await call.write(item)
                     if self._status is None and self.on_written is not None:
                         self.on_written()
-        except (AioRpcError, asyncio.InvalidStateError):
-            pass  # the call is over: its end says how
+        except Exception:  # (AioRpcError, InvalidStateError, grpcio's batch error) the call is over: its end says how
+            pass
         finally:
             self._sender = None
 
