@@ -10,6 +10,7 @@ subscribe(), a thread of grpcio's per subchannel.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import warnings
 import weakref
@@ -17,13 +18,13 @@ from typing import Any, Callable, Optional, Tuple
 
 import grpc
 
-from grpc_retry._grpc_internals import EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
 from grpc_retry._grpc_internals import _AttemptState as AttemptState
 from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 
 Metadata = Tuple[Any, ...]
 
+log = logging.getLogger("grpc_retry")
 _OK = grpc.StatusCode.OK
 _UNARY_RESPONSES = ("unary_unary", "stream_unary")
 _DEBUG = '\tdebug_error_string = "'  # how an ended call's str() shows its debug error string
@@ -144,10 +145,8 @@ class SyncAttempt:
         if on_end is not None:
             try:
                 on_end(self)
-            except Exception:
-                import logging
-
-                logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
+            except Exception:  # nothing may raise on a worker: the call would never hear its end
+                log.exception("grpc_retry: an attempt's callback failed")
 
     def __iter__(self) -> SyncAttempt:
         return self
@@ -347,8 +346,8 @@ def new_aio_channel(target: str, options: Any, credentials: Optional[grpc.Channe
 SYNC = SyncAttempts()
 AIO = AioAttempts()
 
-__all__ = ["AIO", "AioAttempt", "EndWaiter", "FINAL_WRAPPED", "SYNC", "aio_initial_metadata", "aio_intercepted",
-           "aio_locally_cancelled", "aio_status", "aio_working_loop", "channelz_subchannels", "close_sync_channel",
-           "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code",
-           "sync_connectivity", "sync_direct", "sync_final", "sync_response", "sync_state_reader", "sync_status",
-           "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity"]
+__all__ = ["AIO", "AioAttempt", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop",
+           "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
+           "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_direct",
+           "sync_final", "sync_response", "sync_state_reader", "sync_status", "sync_wait_end", "sync_wait_headers",
+           "sync_watch_connectivity"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple
 
 import grpc
@@ -21,7 +20,6 @@ _HALF_CLOSE = object()
 _CORE_ERROR = "Internal error from Core"  # grpc.aio's status for a batch C-core refused
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 REAL_STATUS_TURNS = 100  # how long (ms) a status grpc.aio made up is given to be replaced by the call's own
-log = logging.getLogger("grpc_retry")
 
 
 class AioAttempts:
