@@ -1,6 +1,6 @@
 # cython: language_level=3
 """grpc_retry's compiled core: the call machine (one logical call's retries, hedges, replay and commit), and
-what it uses: the throttle, the replay budget, method policies, pushback, the picker; and the W3C traceparent
+what it uses: the throttle, the replay budget, method policies, pushback and RetryInfo, the picker; and the W3C traceparent
 its telemetry writes on each attempt.
 
 Sans-I/O: nothing here touches grpcio, threads, asyncio or the clock. The drivers (aio/, sync/) feed events in
@@ -9,6 +9,7 @@ with the current time and perform the actions that come back. Each topic lives i
 
 from cpython.long cimport PyLong_AsUnsignedLongLongMask
 from libc.math cimport INFINITY
+from libc.string cimport memcmp
 
 include "status.pxi"
 include "throttle.pyx.pxi"
@@ -16,6 +17,7 @@ include "buffer.pyx.pxi"
 include "hedging.pyx.pxi"
 include "policy.pyx.pxi"
 include "pushback.pyx.pxi"
+include "retryinfo.pyx.pxi"
 include "picker.pyx.pxi"
 include "machine.pyx.pxi"
 include "tracecontext.pyx.pxi"

@@ -11,17 +11,19 @@
 # message at a time. It commits — one attempt carries it from then on, nothing is buffered, the others are
 # cancelled — on the first of: response headers or a message on an attempt, a message overflowing the buffer
 # (A6: to the live attempt that has sent the most). When an attempt ends, the machine decides from the policy, the
-# throttle, pushback, the attempt count and the deadline: retry it transparently, start the next attempt now or
-# after a delay, wait for the others, or deliver a status. The picker gives each attempt an address the call has
+# throttle, pushback (or the server's RetryInfo), the attempt count and the deadline: retry it transparently, start
+# the next attempt now or after a delay, wait for the others, or deliver a status. Under a retry policy with a
+# perAttemptRecvTimeout, an attempt that has not answered (headers or a message) that long after its start is
+# cancelled and counts as a retryable failure: the machine's one timer is also each such attempt's. The picker gives each attempt an address the call has
 # not used while one can take it; when none can, the call waits for the subchannels to change or fails fast.
 #
 # States (`state`) and what moves between them:
 #
 #   IDLE       --start-------------------------------------------> ATTEMPTING | WAITING | DONE
-#   ATTEMPTING --status: retry after a delay, nothing live--------> BACKOFF
+#   ATTEMPTING --status | attempt timer: retry after a delay-----> BACKOFF
 #              --status: due, but no address, nothing live--------> WAITING
 #              --headers | message | overflow---------------------> COMMITTED
-#              --status: deliver | cancel-------------------------> DONE
+#              --status | attempt timer: deliver | cancel-------> DONE
 #   BACKOFF    --timer: the next attempt is due-------------------> ATTEMPTING | WAITING
 #              --timer: deadline | overflow | cancel--------------> DONE
 #   WAITING    --subchannels: an address can take it--------------> ATTEMPTING
@@ -44,7 +46,8 @@
 #          (WAIT, generation)             call subchannels_changed() at the first change after that generation
 #          (UNWAIT,)                      forget that wait
 #          (DELIVER, n)                   the call ends with attempt n's result (its status, metadata, response)
-#          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address)
+#          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address,
+#                                         the last attempt's perAttemptRecvTimeout: then `recv_timeout_ended`)
 # DELIVER and END come last, once per call, after the CANCELs of whatever was still live.
 #
 # Notes: when the driver sets `notes` to a list (telemetry is on), the machine appends what it decided and why, for
@@ -60,6 +63,8 @@
 #                                                   hedge budget
 #   (NOTE_END, reason, code, n)                     the call ended: with a status no server sent (its code), or
 #                                                   with attempt n's (code -1)
+#   (NOTE_RECV_TIMEOUT, n)                          attempt n was cancelled by its perAttemptRecvTimeout
+#   (NOTE_SERVER_DELAY, n, delay, honoured)         attempt n's status carried a RetryInfo delay (seconds)
 
 from libc.math cimport INFINITY
 
@@ -91,7 +96,8 @@ cdef enum:
 START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END = range(10)
 ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END")
 
-NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END = range(8)
+(NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END,
+ NOTE_RECV_TIMEOUT, NOTE_SERVER_DELAY) = range(10)
 ORIGINAL, RETRY, HEDGE, TRANSPARENT = range(4)
 COMMIT_ANSWER, COMMIT_OVERFLOW = range(2)
 
@@ -138,6 +144,10 @@ cdef class CallMachine:
         self.max_attempts = policy.max_attempts if enabled else 1
         self.hedging = enabled and policy.hedging_delay >= 0 and policy.max_attempts > 1
         self.transparent_enabled = enabled
+        # perAttemptRecvTimeout is a retry policy's: hedging has none, nor a call that may not retry
+        self.recv_timeout = (policy.recv_timeout if enabled and policy.max_attempts > 1 and not self.hedging
+                             else INFINITY)
+        self.watched = self.hedging or self.recv_timeout != INFINITY
         self.wait_for_ready = wait_for_ready
         self.unary_request = unary_request
         self.state = IDLE
@@ -222,11 +232,13 @@ cdef class CallMachine:
         cdef int kind
         cdef bint retryable, stop, throttled = False
         cdef long pushback
+        cdef double delay = -1
         out = []
         a.live = False
         a.writing = False
         self.live -= 1
         self._last = n
+        self._timed_out_last = False
         if self.live == 0:
             self._idle_since = now
         if got_headers and self.winner != n:
@@ -250,6 +262,8 @@ cdef class CallMachine:
         retryable = code != STATUS_OK and code < 32 and (self.policy.retryable_mask >> code) & 1
         pushback = parse_pushback(trailing_metadata) if code != STATUS_OK else PUSHBACK_NONE
         stop = pushback == PUSHBACK_STOP
+        if retryable and pushback == PUSHBACK_NONE and self.winner != n and trailing_metadata:
+            delay = parse_retry_info(trailing_metadata)  # the A6 pushback wins over it
         if self.throttle is not None and self.max_attempts > 1:  # calls that may not retry do not count
             if code == STATUS_OK:
                 self.throttle.record_success()
@@ -265,12 +279,22 @@ cdef class CallMachine:
         if not retryable:
             self._end(out, A_DELIVER, n, R_FATAL, now)
             return out
+        if delay >= 0 and not throttled and self.counted < self.max_attempts:
+            if self.notes is not None:
+                self.notes.append((NOTE_SERVER_DELAY, n, delay, self._honours(delay, now)))
+            if self._honours(delay, now):
+                self.policy.stats.record_server_delay()
+                pushback = <long>(delay * 1000.0 + 0.5)
+            else:
+                # Past the deadline or the cap: waiting would end the same way, later.
+                self._stopped = True
+                self._stop_reason = R_SERVER_DELAY
         if stop or throttled:
             self._stopped = True
             self._stop_reason = R_PUSHBACK if stop else R_THROTTLED
             if self.notes is not None:
                 self.notes.append((NOTE_STOP, self._stop_reason, self.throttle.tokens if throttled else -1.0))
-        elif self.counted < self.max_attempts:
+        elif self.counted < self.max_attempts and not self._stopped:
             if self.hedging:
                 # The next hedge comes forward: now, or when the server asks.
                 self.next_at = now + pushback / 1000.0 if pushback >= 0 else now
@@ -289,6 +313,10 @@ cdef class CallMachine:
             self._impossible("timer")
         self.timer_at = INFINITY
         out = []
+        if self.recv_timeout != INFINITY and self.live > 0:
+            self._recv_timers(now, out)
+            if self.state == DONE:
+                return out
         self._pump(now, out)
         return out
 
@@ -369,6 +397,10 @@ cdef class CallMachine:
     cdef list _answered(self, int n, str event, double now):
         cdef _Attempt a = self._live(n, event)
         out = []
+        if a.recv_by != INFINITY:
+            a.recv_by = INFINITY  # its per-attempt timer stops
+            if self.winner == n:
+                self._set_timer(self._wake_at(now), out)
         if self.winner != n:
             self._answer(n, a, now, out)
         return out
@@ -378,6 +410,7 @@ cdef class CallMachine:
         cdef HedgingControl hedge = self.policy.hedge
         cdef _Attempt other
         cdef int i
+        a.recv_by = INFINITY
         if self.hedging and hedge is not None:
             hedge.record(now - a.started, now)
             for i in range(len(self._attempts)):  # the losers took at least this long (censored samples)
@@ -414,8 +447,8 @@ cdef class CallMachine:
         self._overflowed = True
         if best >= 0:
             self._commit_to(best, out)
-        elif self._last >= 0 and not self._redos:
-            self._end(out, A_DELIVER, self._last, R_COMMITTED, now)
+        elif self._has_last() and not self._redos:
+            self._end_last(out, R_COMMITTED, now)
         else:
             self._commit_pending(out)
 
@@ -431,7 +464,8 @@ cdef class CallMachine:
         self._commit_pending(out)
         self._stopped = True
         self.next_at = INFINITY
-        self._set_timer(INFINITY, out)   # the winner carries the deadline
+        # The winner carries the deadline, and its per-attempt timer if it has not answered (an overflow)
+        self._set_timer((<_Attempt>self._attempts[n]).recv_by, out)
         del self._redos[:]
         if self.waiting:
             self.waiting = False
@@ -558,15 +592,15 @@ cdef class CallMachine:
             if blocked:
                 if not self.wait_for_ready and self.picker.resolved:
                     # Fail fast, as grpcio does when its channel is in TRANSIENT_FAILURE.
-                    if self._last >= 0:
-                        self._end(out, A_DELIVER, self._last, R_NO_ADDRESS, now)
+                    if self._has_last():
+                        self._end_last(out, R_NO_ADDRESS, now)
                     else:
                         self._end(out, A_END, STATUS_UNAVAILABLE, R_NO_ADDRESS, now)
                     return
             elif not self._redos and not self._may_start_later():
-                if self._last < 0:
+                if not self._has_last():
                     self._impossible("an end with no attempt")
-                self._end(out, A_DELIVER, self._last, self._exhausted_reason(now), now)
+                self._end_last(out, self._exhausted_reason(now), now)
                 return
         if blocked and not self.waiting:
             self.waiting = True
@@ -593,8 +627,13 @@ cdef class CallMachine:
     cdef double _wake_at(self, double now):
         # A due attempt that found no address waits for the subchannels, not for the timer.
         cdef double at = self.next_at if self.next_at > now and self._may_start_later() else INFINITY
+        cdef _Attempt a
         if self.live == 0 and self.deadline < at:
             at = self.deadline
+        elif self.recv_timeout != INFINITY:
+            for a in self._attempts:
+                if a.live and a.recv_by < at:
+                    at = a.recv_by
         return at
 
     cdef void _set_timer(self, double at, list out) except *:
@@ -630,6 +669,7 @@ cdef class CallMachine:
         a.address = address
         a.born = self.picker._born[address]
         a.started = now
+        a.recv_by = now + self.recv_timeout
         a.live = True
         self._attempts.append(a)
         self._used = self._used | (1 << address)
@@ -676,6 +716,57 @@ cdef class CallMachine:
         elif self.half_closed:
             a.closing = True
             out.append((A_HALF_CLOSE, n))
+
+    cdef bint _honours(self, double delay, double now):
+        """Whether a server's RetryInfo delay is waited for: within the cap, and ending before the deadline."""
+        return delay <= self.policy.max_server_delay and now + delay < self.deadline
+
+    cdef void _recv_timers(self, double now, list out) except *:
+        """The attempts whose per-attempt timer is due: each is cancelled, a retryable failure."""
+        cdef int i
+        cdef _Attempt a
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if not a.live or a.recv_by > now:
+                continue
+            self._cancel_attempt(i, a, out)
+            self.recv_timeouts += 1
+            self.policy.stats.record_recv_timeout()
+            self._timed_out_last = True
+            if self.live == 0:
+                self._idle_since = now
+            if self.notes is not None:
+                self.notes.append((NOTE_RECV_TIMEOUT, i))
+            if self.picker.counting:  # a backend that does not answer is failing
+                self.picker.record(a.address, a.born, False)
+            if a.previous > 0:
+                self.policy.stats.record_failure()
+            if self.winner == i:  # committed to it (an overflow): it carried the call
+                self._end_last(out, R_COMMITTED, now)
+                return
+            if self.throttle is not None and not self.throttle.record_failure():
+                self._stopped = True
+                self._stop_reason = R_THROTTLED
+                if self.notes is not None:
+                    self.notes.append((NOTE_STOP, R_THROTTLED, self.throttle.tokens))
+            elif self.counted < self.max_attempts and not self._stopped:
+                self.next_at = now + self._backoff(PUSHBACK_NONE)
+                if self.notes is not None:
+                    self.notes.append((NOTE_BACKOFF, i, self.next_at - now, self.counted + 1, self.max_attempts))
+
+    cdef bint _has_last(self):
+        """Whether an attempt has ended (with a status, or cancelled by its per-attempt timer)."""
+        return self._last >= 0 or self._timed_out_last
+
+    cdef void _end_last(self, list out, int reason, double now) except *:
+        """The call ends with its last attempt's result: its status, or, when its per-attempt timer cancelled it,
+        the status grpcio gives then (CANCELLED; the driver words it from `recv_timeout_ended`)."""
+        if not self._timed_out_last:
+            self._end(out, A_DELIVER, self._last, reason, now)
+            return
+        self.recv_timeout_ended = True
+        self._end(out, A_END, STATUS_CANCELLED, R_RECV_TIMEOUT if reason == R_EXHAUSTED or reason == R_COMMITTED
+                  else reason, now)
 
     cdef void _end(self, list out, int kind, int value, int reason, double now) except *:
         """The call is over: cancel what is live, disarm, free the buffer, then DELIVER or END."""

@@ -27,7 +27,7 @@ cdef class RetryStats:
             self.stopped_by_throttling += 1
         elif reason == R_PUSHBACK:
             self.stopped_by_pushback += 1
-        elif reason == R_EXHAUSTED:
+        elif reason == R_EXHAUSTED or reason == R_RECV_TIMEOUT:
             self.stopped_by_attempt_limit += 1
 
     cdef void record_retry(self, int n):
@@ -41,6 +41,12 @@ cdef class RetryStats:
     cdef void record_failure(self):
         self.retries_failed += 1
 
+    cdef void record_recv_timeout(self):
+        self.attempts_timed_out += 1
+
+    cdef void record_server_delay(self):
+        self.server_delays += 1
+
     def histogram(self):
         return {f">={STATS_BUCKETS[i]}": self._buckets[i] for i in range(8)}
 
@@ -51,12 +57,14 @@ cdef class RetryStats:
 
 cdef class CallPolicy:
     """Retry or hedging settings of one method. max_attempts 1 means: no retries (a plain call).
-    A hedging policy has hedging_delay >= 0, and its nonFatalStatusCodes in retryable_mask."""
+    A hedging policy has hedging_delay >= 0, and its nonFatalStatusCodes in retryable_mask. recv_timeout: a retry
+    policy's perAttemptRecvTimeout (inf: none); max_server_delay: the longest delay a server's RetryInfo may set."""
 
 
     def __init__(self, int max_attempts=1, double initial_backoff=0.0, double max_backoff=0.0,
                  double backoff_multiplier=1.0, retryable_codes=(), double timeout=float("inf"),
-                 wait_for_ready=None, double hedging_delay=-1.0, HedgingControl hedge=None):
+                 wait_for_ready=None, double hedging_delay=-1.0, HedgingControl hedge=None,
+                 double recv_timeout=float("inf"), double max_server_delay=30.0):
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.max_attempts = max_attempts
@@ -68,6 +76,10 @@ cdef class CallPolicy:
         self.wait_for_ready = wait_for_ready
         self.hedging_delay = hedging_delay
         self.hedge = hedge
+        if not recv_timeout > 0:
+            raise ValueError("recv_timeout must be > 0")
+        self.recv_timeout = recv_timeout
+        self.max_server_delay = max_server_delay
         self.stats = RetryStats()
 
     @property
@@ -81,4 +93,5 @@ cdef class CallPolicy:
         return (f"CallPolicy(max_attempts={self.max_attempts}, initial_backoff={self.initial_backoff}, "
                 f"max_backoff={self.max_backoff}, backoff_multiplier={self.backoff_multiplier}, "
                 f"retryable_mask={self.retryable_mask:#x}, timeout={self.timeout}, "
-                f"wait_for_ready={self.wait_for_ready}, hedging_delay={self.hedging_delay})")
+                f"wait_for_ready={self.wait_for_ready}, hedging_delay={self.hedging_delay}, "
+                f"recv_timeout={self.recv_timeout}, max_server_delay={self.max_server_delay})")

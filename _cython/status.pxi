@@ -18,7 +18,9 @@ cdef enum:
     R_CANCELLED = 8         # the application (or the channel's close, or a local failure) ended it
     R_NO_ADDRESS = 9        # no backend could take the next attempt, and the call fails fast
     R_BUDGET = 10           # a due hedge was not sent for the extra-load budget, and the attempts sent failed
+    R_RECV_TIMEOUT = 11     # the last attempt's perAttemptRecvTimeout fired, and no other may follow
+    R_SERVER_DELAY = 12     # the server's RetryInfo asked for a delay past the deadline or the cap
 
 REASONS = ("", "ok", "fatal_status", "attempts_exhausted", "throttled", "pushback_stop", "committed_then_failed",
-           "deadline", "cancelled", "no_address", "hedge_budget")
+           "deadline", "cancelled", "no_address", "hedge_budget", "attempt_timeout", "server_delay")
 

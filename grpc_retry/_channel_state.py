@@ -97,7 +97,7 @@ class ChannelState:
                 hedge = HedgingControl(hp.hedging_delay, options.hedging_quantile, options.max_extra_load)
             return CallPolicy(max_attempts=hp.max_attempts, retryable_codes=hp.non_fatal_status_codes,
                               timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay,
-                              hedge=hedge)
+                              hedge=hedge, max_server_delay=options.max_server_delay)
         if rp is None:
             return CallPolicy(timeout=timeout, wait_for_ready=mc.wait_for_ready)
         return CallPolicy(
@@ -108,4 +108,6 @@ class ChannelState:
             retryable_codes=rp.retryable_status_codes,
             timeout=timeout,
             wait_for_ready=mc.wait_for_ready,
+            recv_timeout=math.inf if rp.per_attempt_recv_timeout is None else rp.per_attempt_recv_timeout,
+            max_server_delay=self.options.max_server_delay,
         )

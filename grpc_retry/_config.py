@@ -96,6 +96,7 @@ class RetryPolicy:
     max_backoff: float  # seconds
     backoff_multiplier: float
     retryable_status_codes: frozenset[int]
+    per_attempt_recv_timeout: Optional[float] = None  # seconds; None: attempts are not timed
 
 
 @dataclass(frozen=True)
@@ -505,11 +506,15 @@ class _Parser:
         multiplier_f = self.check(multiplier_f, f"{path}.backoffMultiplier", lambda m: m > 0,
                                   "must be greater than 0")
         multiplier_f = self.check(multiplier_f, f"{path}.backoffMultiplier", math.isfinite, "is too large")
-        codes = self.status_codes(obj, path, "retryableStatusCodes", "OK cannot be retryable", required=True)
+        # A timed attempt is retried whatever the codes say: with perAttemptRecvTimeout they may be empty (C-core).
+        recv_timeout = self.check(self.get(obj, path, "perAttemptRecvTimeout", self.duration),
+                                  f"{path}.perAttemptRecvTimeout", lambda t: t > 0, "must be greater than 0")
+        timed = obj.get("perAttemptRecvTimeout") is not None
+        codes = self.status_codes(obj, path, "retryableStatusCodes", "OK cannot be retryable", required=not timed)
         if max_attempts is None or initial is None or maximum is None or multiplier_f is None \
-                or codes is None:
+                or codes is None or timed and recv_timeout is None:
             return None
-        return RetryPolicy(max_attempts, initial, maximum, multiplier_f, codes)
+        return RetryPolicy(max_attempts, initial, maximum, multiplier_f, codes, recv_timeout)
 
     def hedging_policy(self, value: Any, path: str) -> Optional[HedgingPolicy]:
         obj = self.json_object(value, path)

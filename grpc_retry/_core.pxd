@@ -57,9 +57,13 @@ cdef class RetryStats:
     cdef readonly long stopped_by_throttling
     cdef readonly long stopped_by_pushback
     cdef readonly long stopped_by_attempt_limit
+    cdef readonly long attempts_timed_out   # attempts cancelled by perAttemptRecvTimeout
+    cdef readonly long server_delays        # retries delayed as a server's RetryInfo asked
     cdef void record_call(self, long attempts, long transparent, bint overflowed, int reason)
     cdef void record_retry(self, int n)
     cdef void record_failure(self)
+    cdef void record_recv_timeout(self)
+    cdef void record_server_delay(self)
 
 
 cdef class CallPolicy:
@@ -72,6 +76,8 @@ cdef class CallPolicy:
     cdef readonly object wait_for_ready
     cdef readonly double hedging_delay   # seconds; -1: a retry policy (or none)
     cdef readonly HedgingControl hedge   # adaptive delay and extra-load budget (None: A6's fixed delay)
+    cdef readonly double recv_timeout    # perAttemptRecvTimeout, seconds (inf: none)
+    cdef readonly double max_server_delay  # seconds: a longer RetryInfo delay ends the call
     cdef readonly RetryStats stats
 
 
@@ -104,6 +110,7 @@ cdef class _Attempt:
     cdef int address        # its slot
     cdef long born          # ... and which address the slot held (picker.born)
     cdef double started     # when
+    cdef double recv_by     # its perAttemptRecvTimeout is due then (inf: none, or it has answered)
     cdef long sent          # messages it has written
     cdef bint live
     cdef bint writing       # a WRITE is out, not yet answered by wrote()
@@ -127,6 +134,8 @@ cdef class CallMachine:
     cdef readonly int max_attempts
     cdef readonly bint hedging
     cdef readonly bint transparent_enabled
+    cdef readonly double recv_timeout  # perAttemptRecvTimeout (inf: none)
+    cdef readonly bint watched  # hedged, or timed per attempt: each attempt's first answer matters as it comes
     cdef bint wait_for_ready
     cdef bint unary_request
     # state
@@ -155,6 +164,9 @@ cdef class CallMachine:
     cdef readonly bint half_closed
     # the report
     cdef readonly int transparent_retries
+    cdef readonly int recv_timeouts  # attempts cancelled by their perAttemptRecvTimeout
+    cdef readonly bint recv_timeout_ended  # the call ENDed as its last attempt's per-attempt timer fired
+    cdef bint _timed_out_last   # the last attempt to end was cancelled by its per-attempt timer
     cdef readonly double idle_time   # seconds with no attempt in flight
     cdef double _idle_since
     cdef readonly int reason
@@ -197,6 +209,10 @@ cdef class CallMachine:
     cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *
     cdef void _write_more(self, list out) except *
     cdef void _write_to(self, int n, _Attempt a, list out) except *
+    cdef bint _honours(self, double delay, double now)
+    cdef void _recv_timers(self, double now, list out) except *
+    cdef bint _has_last(self)
+    cdef void _end_last(self, list out, int reason, double now) except *
     cdef void _end(self, list out, int kind, int value, int reason, double now) except *
 
 

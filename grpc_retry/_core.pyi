@@ -26,6 +26,8 @@ NOTE_TRANSPARENT: int
 NOTE_COMMIT: int
 NOTE_STOP: int
 NOTE_END: int
+NOTE_RECV_TIMEOUT: int
+NOTE_SERVER_DELAY: int
 ORIGINAL: int
 RETRY: int
 HEDGE: int
@@ -48,6 +50,7 @@ class MachineError(RuntimeError): ...
 
 def transparent_kind(code: int, details: Any) -> int: ...
 def parse_pushback(trailing_metadata: Any) -> int: ...
+def parse_retry_info(trailing_metadata: Any) -> float: ...
 def traceparent(trace_id: int, span_id: int, flags: int) -> str: ...
 
 class RetryThrottle:
@@ -90,6 +93,8 @@ class RetryStats:
     stopped_by_throttling: int
     stopped_by_pushback: int
     stopped_by_attempt_limit: int
+    attempts_timed_out: int
+    server_delays: int
     def histogram(self) -> Dict[str, int]: ...
     def as_dict(self) -> Dict[str, Any]: ...
 
@@ -103,11 +108,14 @@ class CallPolicy:
     wait_for_ready: Optional[bool]
     hedging_delay: float
     hedge: Optional[HedgingControl]
+    recv_timeout: float
+    max_server_delay: float
     stats: RetryStats
     def __init__(self, max_attempts: int = 1, initial_backoff: float = 0.0, max_backoff: float = 0.0,
                  backoff_multiplier: float = 1.0, retryable_codes: Iterable[int] = (),
                  timeout: float = ..., wait_for_ready: Optional[bool] = None, hedging_delay: float = -1.0,
-                 hedge: Optional[HedgingControl] = None) -> None: ...
+                 hedge: Optional[HedgingControl] = None, recv_timeout: float = ...,
+                 max_server_delay: float = 30.0) -> None: ...
     @property
     def hedging(self) -> bool: ...
     def is_retryable(self, code: int) -> bool: ...
@@ -141,6 +149,8 @@ class CallMachine:
     max_attempts: int
     hedging: bool
     transparent_enabled: bool
+    recv_timeout: float
+    watched: bool
     state: int
     live: int
     counted: int
@@ -154,6 +164,8 @@ class CallMachine:
     buffered: int
     half_closed: bool
     transparent_retries: int
+    recv_timeouts: int
+    recv_timeout_ended: bool
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]

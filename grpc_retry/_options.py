@@ -25,15 +25,17 @@ TRACER_PROVIDER = "grpc_retry.tracer_provider"
 DNS_REFRESH = "grpc_retry.dns_refresh_ms"
 DNS_MIN_INTERVAL = "grpc.dns_min_time_between_resolutions_ms"  # gRPC's own: read, and passed on
 CONNECTIONS = "grpc_retry.connections_per_address"
+MAX_SERVER_DELAY = "grpc_retry.max_server_delay"
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_DNS_REFRESH_MS = 30000
 DEFAULT_DNS_MIN_INTERVAL_MS = 30000  # C-core's
+DEFAULT_MAX_SERVER_DELAY = 30.0
 LB_POLICIES = ("pick_first", "round_robin")
 OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE,  # the grpc_retry.* options
-        METER_PROVIDER, TRACER_PROVIDER, DNS_REFRESH, CONNECTIONS)
+        METER_PROVIDER, TRACER_PROVIDER, DNS_REFRESH, CONNECTIONS, MAX_SERVER_DELAY)
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -60,6 +62,7 @@ class RetryOptions:
     dns_refresh: float = DEFAULT_DNS_REFRESH_MS / 1000       # seconds; 0: look a name up only when a backend is lost
     dns_min_interval: float = DEFAULT_DNS_MIN_INTERVAL_MS / 1000  # seconds between two lookups on a loss
     connections_per_address: int = 1
+    max_server_delay: float = DEFAULT_MAX_SERVER_DELAY  # seconds: the longest RetryInfo delay waited for
 
 
 def _int_option(name: str, value: Any, minimum: int) -> int:
@@ -124,6 +127,7 @@ def parse_options(options: OptionsType) -> RetryOptions:
     refresh = _int_option(DNS_REFRESH, ours.get(DNS_REFRESH, DEFAULT_DNS_REFRESH_MS), 0)
     min_interval = _int_option(DNS_MIN_INTERVAL, ours.get(DNS_MIN_INTERVAL, DEFAULT_DNS_MIN_INTERVAL_MS), 0)
     connections = _int_option(CONNECTIONS, ours.get(CONNECTIONS, 1), 1)
+    server_delay = _float_option(MAX_SERVER_DELAY, ours.get(MAX_SERVER_DELAY), 0.0, None, "at least 0")
 
     text = ours.get(SERVICE_CONFIG)
     if text is not None and not isinstance(text, (str, bytes)):
@@ -152,7 +156,8 @@ def parse_options(options: OptionsType) -> RetryOptions:
                              f"got {type(provider).__name__}")
     return RetryOptions(config, bool(enable), per_rpc, channel, cap, 0.0 if quantile is None else quantile,
                         -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider,
-                        refresh / 1000, min_interval / 1000, connections)
+                        refresh / 1000, min_interval / 1000, connections,
+                        DEFAULT_MAX_SERVER_DELAY if server_delay is None else server_delay)
 
 
 def _parse(text: Optional[str], cap: int) -> ServiceConfig:

@@ -34,6 +34,8 @@ class MethodStats:
     histogram: Mapping[str, int]
     hedging_delay: Optional[float] = None   # adaptive hedging: seconds before the next hedge, now
     hedges_not_sent_for_budget: int = 0     # hedges due but over `grpc_retry.max_extra_load`
+    attempts_timed_out: int = 0             # attempts cancelled by retryPolicy.perAttemptRecvTimeout
+    server_delays: int = 0                  # retries delayed as a server's google.rpc.RetryInfo asked
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ def method_stats(policy: CallPolicy, now: float) -> MethodStats:
         stopped_by_pushback=s.stopped_by_pushback, stopped_by_attempt_limit=s.stopped_by_attempt_limit,
         histogram=MappingProxyType(s.histogram()),
         hedging_delay=None if hedge is None else hedge.delay(now),
-        hedges_not_sent_for_budget=0 if hedge is None else hedge.budget_stopped)
+        hedges_not_sent_for_budget=0 if hedge is None else hedge.budget_stopped,
+        attempts_timed_out=s.attempts_timed_out, server_delays=s.server_delays)
 
 
 class ChannelStats(Mapping[str, MethodStats]):

@@ -495,7 +495,27 @@ def test_statistics_count_retries_and_their_failures():
 
 CODES = st.sampled_from([OK, UNAVAILABLE, UNAVAILABLE, INVALID_ARGUMENT, DEADLINE_EXCEEDED])
 DETAILS = st.sampled_from(["x", NOT_SENT_DETAILS, REFUSED_DETAILS])
-TRAILERS = st.sampled_from([None, None, pushback("10"), pushback("-1")])
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
+def _field(number: int, data: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def retry_info_trailer(seconds: int, nanos: int) -> tuple:
+    """grpc-status-details-bin: a google.rpc.Status whose details hold a RetryInfo (written by hand: the
+    machine reads the wire format itself)."""
+    duration = _varint(1 << 3) + _varint(seconds) + _varint(2 << 3) + _varint(nanos)
+    any_ = _field(1, b"type.googleapis.com/google.rpc.RetryInfo") + _field(2, _field(1, duration))
+    return (("grpc-status-details-bin", _field(3, any_)),)
+
+
+TRAILERS = st.sampled_from([None, None, pushback("10"), pushback("-1"), retry_info_trailer(0, 200_000_000),
+                            retry_info_trailer(60, 0)])
 
 
 class Calls(RuleBasedStateMachine):
@@ -506,13 +526,13 @@ class Calls(RuleBasedStateMachine):
     @initialize(hedged=st.booleans(), max_attempts=st.integers(1, 5), unary=st.booleans(),
                 per_rpc=st.sampled_from([3, 10, 1 << 20]), addresses=st.integers(1, 4),
                 wait_for_ready=st.booleans(), throttled=st.booleans(), deadline=st.sampled_from([5.0, INF]),
-                enabled=st.booleans(), rng=st.floats(0.0, 1.0))
+                enabled=st.booleans(), rng=st.floats(0.0, 1.0), recv=st.sampled_from([INF, 0.3]))
     def setup(self, hedged, max_attempts, unary, per_rpc, addresses, wait_for_ready, throttled, deadline, enabled,
-              rng):
+              rng, recv):
         if hedged:
             self.policy = CallPolicy(max_attempts, retryable_codes=(UNAVAILABLE,), hedging_delay=0.5)
         else:
-            self.policy = CallPolicy(max_attempts, 0.2, 1.0, 2.0, (UNAVAILABLE,))
+            self.policy = CallPolicy(max_attempts, 0.2, 1.0, 2.0, (UNAVAILABLE,), recv_timeout=recv)
         self.pool = BufferPool(1 << 20)
         self.picker = picker(addresses)
         self.machine = CallMachine(self.policy, RetryThrottle(3000, 500) if throttled else None, self.pool,

@@ -320,7 +320,7 @@ def test_empty_object_and_unknown_fields() -> None:
     assert config == EMPTY_SERVICE_CONFIG.__class__(health_check_service="")
     config = parse_service_config(dumps(retry(perAttemptRecvTimeout="1s", future=[1])))
     assert config.method_config("/pkg.Svc/M") == MethodConfig(
-        retry_policy=RetryPolicy(3, 0.1, 1.0, 2.0, frozenset({14}))
+        retry_policy=RetryPolicy(3, 0.1, 1.0, 2.0, frozenset({14}), 1.0)
     )
 
 
