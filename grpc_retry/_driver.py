@@ -20,6 +20,7 @@ log = logging.getLogger("grpc_retry")
 PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
 CANCELLED_DETAILS = "Locally cancelled by application!"
 DEADLINE_DETAILS = "Deadline Exceeded"
+RECV_TIMEOUT_DETAILS = "Stream removed (retry perAttemptRecvTimeout exceeded)"  # grpcio's, when the last one fires
 CLOSED_DETAILS = "Channel closed!"
 INTERNAL_DETAILS = "grpc_retry internal error"
 INF = float("inf")
@@ -53,12 +54,14 @@ def trailing_with_attempts(trailing: Optional[Sequence[Tuple[str, Any]]], previo
     return tuple(trailing or ()) + ((PREVIOUS_ATTEMPTS, str(previous)),)
 
 
-def local_status(code: int, details: str, subchannels: Any) -> Tuple[grpc.StatusCode, str]:
-    """A status no server sent, as grpcio words it: the deadline, no backend to take the call, or the cancel or
-    local failure whose details the driver gives."""
+def local_status(code: int, details: str, subchannels: Any, machine: CallMachine) -> Tuple[grpc.StatusCode, str]:
+    """A status no server sent, as grpcio words it: the deadline, no backend to take the call, the last attempt's
+    perAttemptRecvTimeout, or the cancel or local failure whose details the driver gives."""
     status = STATUS_CODES[code]
     if status is grpc.StatusCode.DEADLINE_EXCEEDED:
         return status, DEADLINE_DETAILS
+    if machine.recv_timeout_ended:
+        return status, RECV_TIMEOUT_DETAILS
     if status is grpc.StatusCode.UNAVAILABLE:
         return status, subchannels.unavailable_details()
     return status, details

@@ -94,7 +94,7 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
 
 
 cdef class SyncHeadersFirst:
-    cdef public object _multicallable
+    cdef public object multicallable
     cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end,
                  bint whole)
     cdef _attempt(self, request, deadline, metadata, credentials, wait_for_ready, compression, on_headers, on_end,

@@ -927,12 +927,12 @@ def _read_status(state: _AttemptState, status: Any) -> None:
 
 class SyncHeadersFirst:
     """A unary-unary method on one sync subchannel, made from grpcio's multicallable of it: it makes
-    `SyncHeadersFirstAttempt`s."""
+    `SyncHeadersFirstAttempt`s. `multicallable`: grpcio's, for an attempt made as one blocking call."""
 
-    __slots__ = ("_multicallable",)
+    __slots__ = ("multicallable",)
 
     def __init__(self, multicallable: Any) -> None:
-        self._multicallable = multicallable
+        self.multicallable = multicallable
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
@@ -958,7 +958,7 @@ class SyncHeadersFirst:
                  wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
                  on_end: Callable[[Any], None], polled: bool, whole: bool) -> SyncHeadersFirstAttempt:
         return SyncHeadersFirstAttempt(
-            self._multicallable, request, deadline, metadata, _augmented(metadata, compression),
+            self.multicallable, request, deadline, metadata, _augmented(metadata, compression),
             _WAIT_FOR_READY[wait_for_ready], None if credentials is None else credentials._credentials, on_headers,
             on_end, polled, whole)
 

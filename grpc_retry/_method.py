@@ -70,12 +70,12 @@ class HeadersWatch:
 
 class Method:
     """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response`, `direct`,
-    `headers_first` and `reports_end` are what the drivers read."""
+    `headers_first`, `reports_end` and `watched` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "reports_end", "subchannels", "_shape", "calls", "attempt_streams",
-                 "unary_response", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker", "_per_rpc_buffer",
-                 "_enable_retries", "_telemetry", "_addresses", "_started", "_watch")
+                 "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
+                 "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
 
@@ -87,9 +87,11 @@ class Method:
         self.deserializer = deserializer
         self._policy = state.policy(method)
         self.unary_response = kind in ("unary_unary", "stream_unary")
-        # A hedged call with a unary response needs to see each attempt's response headers before its response
-        # (they commit it): the transport tells how its attempts do (grpc_retry/_transport's table).
-        hedged = self._policy.hedging and self.unary_response
+        # Watched: each attempt's first answer matters as it comes, not only with its end — a hedge's (it commits
+        # the call before the next hedge) or a timed attempt's (it stops the perAttemptRecvTimeout). With a unary
+        # response that takes attempts that show their headers first: the transport tells how (_transport's table).
+        self.watched = self._policy.hedging or self._policy.recv_timeout != _INF
+        hedged = self.watched and self.unary_response
         self._shape = self.ATTEMPTS.shape(kind, hedged)
         self._attempt_kind, self.direct, self.headers_first, self.reports_end = self._shape
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES

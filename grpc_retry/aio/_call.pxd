@@ -9,7 +9,7 @@ cdef class _Call(CallDriver):
     cdef object __weakref__
     cdef public object _channel
     cdef public dict _attempts
-    cdef public object _loop, _hedged, _last, _current, _winner, _timer, _listener, _local_details
+    cdef public object _loop, _watched, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
     cdef public object _callbacks, _watchers, _silent_n, _silent, _peek, _reads, _delivered, _style
     cdef public long _heard_n

@@ -65,7 +65,7 @@ class _Call(CallDriver):
     """The state and I/O that every cardinality shares."""
 
     __slots__ = (
-        "_channel", "_loop", "_hedged", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
+        "_channel", "_loop", "_watched", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
         "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
         "_callbacks", "_watchers", "_silent_n", "_silent", "_heard_n", "_heard_at", "_peek", "_reads", "_delivered",
@@ -85,7 +85,7 @@ class _Call(CallDriver):
         # grpc.aio channel's makes it pass ours by (we cancel our own).
         self._channel = None
         self._loop = get_running_loop()
-        self._hedged = machine.hedging
+        self._watched = machine.watched  # hedged, or timed per attempt: each attempt's first answer is watched
         self._attempts: Dict[int, Any] = {}   # live attempts by number
         self._last: Any = None                # the attempt whose status was reported last
         self._current = -1                    # the attempt in flight (not hedged): the one a reader reads ahead
@@ -126,7 +126,7 @@ class _Call(CallDriver):
         method = self._method
         deadline = self._machine.deadline
         # A hedged unary call's first attempt is out alone: one batch, unless the method's headers are watched
-        whole = n == 0 and self._hedged and method.direct and method.first_whole()
+        whole = n == 0 and self._watched and method.direct and method.first_whole()
         try:
             inner = method.inner(address)
             attempt = (inner.whole if whole else inner)(
@@ -142,7 +142,7 @@ class _Call(CallDriver):
         if method.direct:  # a unary response
             if whole:
                 attempt.on_end = partial(self._direct_ended, n, attempt)
-            elif self._hedged:
+            elif self._watched:
                 if self._watchers is None:
                     self._watchers = {}
                 attempt.on_headers = partial(self._headers_came, n, attempt)
@@ -150,7 +150,7 @@ class _Call(CallDriver):
             else:
                 self._current = n
                 attempt.on_end = partial(self._direct_ended, n, attempt)
-        elif self._hedged:  # a response stream
+        elif self._watched:  # a response stream
             if self._watchers is None:
                 self._watchers = {}
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
@@ -257,7 +257,7 @@ class _Call(CallDriver):
 
     def _end(self, code: int) -> None:
         self._peek = None  # ended here (cancelled, deadline): as on grpc.aio, reads raise, unread messages go
-        status, details = driver.local_status(code, self._local_details, self._method.subchannels)
+        status, details = driver.local_status(code, self._local_details, self._method.subchannels, self._machine)
         self._finish(status, details, (), (), None)
 
     # -- what the attempts report ---------------------------------------------------------------------------------
@@ -285,7 +285,8 @@ class _Call(CallDriver):
         code = status.code()
         try:
             if code == 0:
-                actions = self._machine.status(n, 0, None, None, monotonic(), answered and self._hedged)
+                # (an OK ends the call: its answer matters first only to adaptive hedging's latency samples)
+                actions = self._machine.status(n, 0, None, None, monotonic(), answered and self._machine.hedging)
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
                                                answered)
@@ -478,7 +479,7 @@ class _Call(CallDriver):
                 n = self._winner
                 if n < 0:
                     n = self._current
-                    if self._hedged or n < 0:
+                    if self._watched or n < 0:
                         await self._next_change()
                         continue
                 attempt = self._attempts.get(n)
@@ -676,7 +677,7 @@ class _StreamResponse(_Call):
     async def initial_metadata(self) -> Metadata:
         # As grpc.aio: as soon as the headers come. The application then has seen the attempt: it commits.
         while not self._done:
-            n = self._winner if self._winner >= 0 else (-1 if self._hedged else self._current)
+            n = self._winner if self._winner >= 0 else (-1 if self._watched else self._current)
             attempt = self._attempts.get(n)
             if attempt is None or self._reads and n in self._reads:
                 await self._next_change()

@@ -31,7 +31,16 @@ if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
 
 from grpc_retry import _driver as driver
-from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, CallDriver, grpc_details, local_status, log
+from grpc_retry._driver import (
+    CANCELLED_DETAILS,
+    CLOSED_DETAILS,
+    DEADLINE_DETAILS,
+    INF,
+    CallDriver,
+    grpc_details,
+    local_status,
+    log,
+)
 from grpc_retry._driver import trailing_with_attempts as trailing_of
 from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
 from grpc_retry._timer import TIMERS
@@ -39,6 +48,7 @@ from grpc_retry._waiters import Waiters
 from grpc_retry.sync._status import FinishedCall, RpcError, local_error, traceback_of
 
 _OK = grpc.StatusCode.OK
+_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
 _EOF = object()
 _HALF_CLOSE = object()
 # As the asyncio driver: silence this long after empty response headers means they were real headers, not a
@@ -103,12 +113,16 @@ class _Attempts(CallDriver):
             self._final = call
 
     def _local(self, code: int, details: str) -> None:
-        self._error = local_error(*local_status(code, details, self._method.subchannels))
+        self._error = local_error(*local_status(code, details, self._method.subchannels, self._machine))
 
 
 class BlockingCall(_Attempts):
     """A unary-unary call with no hedging, run inline on the caller's thread: each attempt is grpcio's own
-    blocking call; backoff and waits for a subchannel block this thread too."""
+    blocking call; backoff and waits for a subchannel block this thread too.
+
+    An attempt timed by perAttemptRecvTimeout is one batch here only while its method's server is seen sending
+    headers with its responses (Method.first_whole): it has not answered before its response, so its timer is its
+    grpcio deadline, and a local deadline before the call's is its timer firing."""
 
     __slots__ = ("_next", "_timer_at", "_generation", "_ended", "_last", "_local_details", "_with_call")
 
@@ -170,6 +184,8 @@ class BlockingCall(_Attempts):
     def _attempt(self, n: int, address: int, previous: int) -> List[Action]:
         self._next = None
         inner = self._method.inner(address)
+        if self._method.headers_first:  # (a timed call's method: its attempts' shape shows headers first)
+            inner = inner.multicallable
         try:
             if self._with_call:
                 self._method.attempt_started(address)  # (grpcio's blocking call: no moment between is ours)
@@ -186,6 +202,8 @@ class BlockingCall(_Attempts):
                 code = state.code
                 assert code is not None
                 if code is not _OK:
+                    if code is _DEADLINE_EXCEEDED and self._timed_out(state.details, state.initial_metadata):
+                        return self._machine.timer(max(monotonic(), self._timer_at))
                     self._last = ended, None
                     return self._machine.status(n, code.value[0], state.details, state.trailing_metadata,
                                                 monotonic(), bool(state.initial_metadata))
@@ -194,11 +212,31 @@ class BlockingCall(_Attempts):
                 self._method.attempt_started(address)
                 response, call = inner(self._request, **self._kwargs(n, address, previous)), None
         except grpc.RpcError as error:
-            self._last = error, None
             code, details, trailing, _, initial = internals.sync_status(error)
+            if code is _DEADLINE_EXCEEDED and self._timed_out(details, initial):
+                return self._machine.timer(max(monotonic(), self._timer_at))
+            self._last = error, None
             return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))
         self._last = call, response
         return self._machine.status(n, 0, None, None, monotonic())
+
+    def _timeout(self) -> Optional[float]:
+        """An attempt's timeout: what is left of the call's deadline, or of the attempt's perAttemptRecvTimeout
+        (the machine's timer while an attempt is out) when that comes first."""
+        at = self._machine.deadline
+        if self._timer_at < at:
+            at = self._timer_at
+        return None if at == INF else at - monotonic()
+
+    def _timed_out(self, details: Any, initial: Any) -> bool:
+        """Whether an attempt that ended DEADLINE_EXCEEDED ended at its perAttemptRecvTimeout (its deadline
+        here, by grpcio's own timer, before the call's). Headers seen with it mean the server sends them ahead of
+        its response: the method's attempts show them first from then on."""
+        if self._timer_at >= self._machine.deadline or grpc_details(details, False) != DEADLINE_DETAILS:
+            return False
+        if initial:
+            self._method.headers_early()
+        return True
 
     def _start(self, n: int, address: int, previous: int) -> None:
         self._next = (n, address, previous)
@@ -261,6 +299,7 @@ class _NonBlocking(_Attempts):
         self._queue: Deque[Action] = collections.deque()   # decided, not yet performed
         self._draining = False
         self._hedged = machine.hedging
+        self._watched = machine.watched  # hedged, or timed per attempt: each attempt's first answer is watched
         self._live: Set[int] = set()          # attempts the machine counts as live
         self._attempts: Dict[int, Any] = {}   # their grpcio calls, once started
         self._last: Any = None                # the attempt whose status the machine heard last, and its response
@@ -414,7 +453,7 @@ class _NonBlocking(_Attempts):
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
             elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
-            elif (self._requests is None and not method.attempt_streams and not self._hedged
+            elif (self._requests is None and not method.attempt_streams and not self._watched
                   and internals.sync_direct()):
                 # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
                 # one batch, reported from its spin thread
@@ -447,14 +486,14 @@ class _NonBlocking(_Attempts):
                     elsewhere = True
             if n in self._live or not call.done():  # else it ended already, and the machine heard its status
                 self._attempts[n] = call
-            if not self._hedged:
+            if not self._watched:
                 self._current = n
             self._changed.notify_all()
         if elsewhere:
             _poll_elsewhere(method, call)
         if method.headers_first:
             return
-        if self._hedged:
+        if self._watched:
             try:
                 method.workers.submit(self._watch, n, call)
             except RuntimeError as error:  # the channel closed meanwhile
@@ -753,7 +792,7 @@ class _NonBlocking(_Attempts):
         and the winner is no longer in flight."""
         while True:
             winner = self._machine.winner
-            n = winner if winner >= 0 else (-1 if self._hedged else self._current)
+            n = winner if winner >= 0 else (-1 if self._watched else self._current)
             call = self._attempts.get(n)
             if call is not None and n not in self._reads:
                 return n, call

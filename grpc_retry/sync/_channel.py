@@ -64,16 +64,18 @@ class _MultiCallable(Method):
                   compression: Compression, with_call: bool) -> Any:
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
-        if request_iterator is None and not self._policy.hedging:
+        # A timed call (perAttemptRecvTimeout) whose attempts may be one batch each (Method.first_whole) goes inline
+        whole = request_iterator is None and self.watched and not self._policy.hedging and self.first_whole()
+        if request_iterator is None and (not self.watched or whole):
             # The hot path: attempts inline on the caller's thread, as grpcio's own blocking call.
             machine = self._machine(timeout, wait_for_ready, True)
             blocking = BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression)
             return blocking.run(with_call)
-        if self.headers_first:  # a hedged unary call: its first attempt on this thread, while it is the only one
+        if self.headers_first:  # a watched unary call: its first attempt on this thread, while it is the only one
             machine = self._machine(timeout, wait_for_ready, True)
             return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,
-                                      compression).run(with_call)
-        if request_iterator is not None and not self._policy.hedging and internals.sync_direct():
+                                      compression, self.watched and not self._policy.hedging).run(with_call)
+        if request_iterator is not None and not self.watched and internals.sync_direct():
             # Its attempts are grpcio's blocking calls, run on this thread (grpcio's future starts and ends the
             # spin thread with each call that overlaps no other: ~50% more CPU a call, one at a time). (grpcio's
             # own call layer, whose calls its observability plugin records, while that is registered.)

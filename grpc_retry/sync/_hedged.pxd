@@ -14,6 +14,7 @@ cdef class HedgedBlockingCall(_Attempts):
     cdef public SyncHeadersFirstAttempt _attempt
     cdef public TimerHandle _timer
     cdef public object _local_details
+    cdef public bint _headers_first
     cpdef run(self, with_call)
     cdef _run(self)
     cdef _wait_for_end(self)

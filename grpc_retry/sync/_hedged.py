@@ -1,4 +1,5 @@
-"""A blocking hedged unary call, driven on the caller's thread for as long as it has one attempt out.
+"""A blocking hedged unary call (or one timed by perAttemptRecvTimeout whose attempts show their headers first),
+driven on the caller's thread for as long as it has one attempt out.
 
 Most hedged calls never hedge: their first attempt answers before the hedging delay. Such a call needs no
 queue of actions, no thread hand-offs and no grpc.Future around it: the caller starts the attempt, polls it (or,
@@ -41,10 +42,10 @@ class HedgedBlockingCall(_Attempts):
     the whole call handed to a Call."""
 
     __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_heard", "_handed", "_ending",
-                 "_ended", "_changed", "_local_details")
+                 "_ended", "_changed", "_local_details", "_headers_first")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any) -> None:
+                 wait_for_ready: Optional[bool], compression: Any, headers_first: bool = False) -> None:
         self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression, False)
         self._lock = threading.Lock()
         self._attempt: Any = None           # attempt 0, once made
@@ -58,6 +59,7 @@ class HedgedBlockingCall(_Attempts):
         self._ended = False                 # ... and it is performed: the result is set
         self._changed: Optional[Waiters] = None  # threads waiting for the end or the hand-off
         self._local_details = CANCELLED_DETAILS
+        self._headers_first = headers_first  # a timed call (not hedged) whose attempt 0 shows its headers first
 
     def run(self, with_call: bool) -> Any:
         calls = self._method.calls
@@ -138,7 +140,8 @@ class HedgedBlockingCall(_Attempts):
             first = method.inner(address)
             self._attempt = first.polled(
                 self._request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
-                self._grpc_wfr, self._compression, self._on_headers, self._on_end, method.first_whole())
+                self._grpc_wfr, self._compression, self._on_headers, self._on_end,
+                not self._headers_first and method.first_whole())
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._refused(error)
             return False
@@ -213,7 +216,7 @@ class HedgedBlockingCall(_Attempts):
         try:
             handed = self._handed
             if handed is None:
-                if self._ending:
+                if self._ending or not self._out:  # (not out: ended, or cancelled by its perAttemptRecvTimeout)
                     return
                 now = monotonic()
                 if not attempt.initial_metadata():
@@ -237,8 +240,9 @@ class HedgedBlockingCall(_Attempts):
         try:
             handed = self._handed
             if handed is None:
+                out = self._out
                 silent, self._out, self._silent = self._silent, False, -1.0
-                if self._ending:
+                if self._ending or not out:  # (not out: the machine cancelled it, for its perAttemptRecvTimeout)
                     return
                 machine = self._machine
                 now = monotonic()
@@ -294,6 +298,8 @@ class HedgedBlockingCall(_Attempts):
     def _decided(self, actions: List[Action], live: bool) -> Optional[List[Action]]:
         """(Under the lock.) What the machine decided: the actions to perform here, or None when they need the
         Call, to which the call is handed (`live`: attempt 0 is still out)."""
+        if self._out and (CANCEL, 0) in actions:  # attempt 0 is over for the machine (its perAttemptRecvTimeout)
+            self._out = live = False
         if not _inline(actions, False):
             self._hand_over(actions, live)
             return None
