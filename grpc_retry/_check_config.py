@@ -68,6 +68,7 @@ def _method(mc: MethodConfig) -> Dict[str, Any]:
         out["backoff_s"] = [[0.0, round(min(rp.initial_backoff * rp.backoff_multiplier ** (n - 1), rp.max_backoff), 6)]
                             for n in range(1, rp.max_attempts)]
         out["retryable_status_codes"] = sorted(_code_names(rp.retryable_status_codes))
+        out["per_attempt_recv_timeout_s"] = rp.per_attempt_recv_timeout  # None: attempts are not timed
     elif mc.hedging_policy is not None:
         hp = mc.hedging_policy
         out["policy"] = "hedging"
@@ -108,8 +109,11 @@ def _print_human(report: Dict[str, Any], out: TextIO) -> None:
         line = f"  {name}: {method['policy']}"
         if method["policy"] == "retry":
             schedule = ", ".join(f"retry {n}: 0-{hi}s" for n, (_, hi) in enumerate(method["backoff_s"], 1))
-            line += (f", {method['max_attempts']} attempts, on {', '.join(method['retryable_status_codes'])}; "
-                     f"backoff {schedule}")
+            codes = ", ".join(method["retryable_status_codes"]) or "no status"
+            line += f", {method['max_attempts']} attempts, on {codes}; backoff {schedule}"
+            recv = method["per_attempt_recv_timeout_s"]
+            line += "; no per-attempt timeout" if recv is None else \
+                f"; each attempt must answer within {recv}s (perAttemptRecvTimeout), else it is retried"
         elif method["policy"] == "hedging":
             sent = ", ".join(f"{t}s" for t in method["hedges_sent_at_s"])
             codes = ", ".join(method["non_fatal_status_codes"]) or "none (every failure is fatal)"

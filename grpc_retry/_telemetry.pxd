@@ -8,6 +8,7 @@ from grpc_retry._core cimport CallMachine, traceparent
 
 # The machine's note kinds, attempt types and commit causes, as C ints (compared without a Python call)
 cdef long NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END
+cdef long NOTE_RECV_TIMEOUT, NOTE_SERVER_DELAY
 cdef long ORIGINAL, COMMIT_OVERFLOW
 
 cdef dict _LOG_CACHE  # (its get() then a C call)
@@ -20,6 +21,7 @@ cpdef _debug_logged()
 
 cdef class _Metrics:
     cdef public object retries, transparent, hedges, retry_delay, duration, record_delay, record_duration
+    cdef public object recv_timeouts, server_delays
 
 
 cdef class CallTelemetry
@@ -55,7 +57,7 @@ cdef class CallTelemetry:
     cpdef flush(self)
     @cython.locals(api=Telemetry, n=long, address=long, previous=long, why=long, first=bint)
     cdef _start(self, note, tracing)
-    @cython.locals(n=long, code=long)
+    @cython.locals(n=long, code=long, timed_out=bint)
     cdef _status(self, note, decision, tracing)
     cdef _decision(self, note, tracing)
     @cython.locals(n=long, cause=long)

@@ -33,6 +33,8 @@ from grpc_retry._core import (
     NOTE_COMMIT,
     NOTE_END,
     NOTE_HEDGE_NOW,
+    NOTE_RECV_TIMEOUT,
+    NOTE_SERVER_DELAY,
     NOTE_START,
     NOTE_STATUS,
     NOTE_STOP,
@@ -170,6 +172,12 @@ class _Metrics:
         self.duration = histogram("grpc.client.call.duration", "s",
                                   "Time from the start to the end of the client call, as the application sees it.",
                                   LATENCY_BUCKETS)
+        self.recv_timeouts = meter.create_counter(
+            "grpc_retry.client.attempt.recv_timeouts", unit="{attempt}",
+            description="Attempts cancelled because they did not answer within perAttemptRecvTimeout.")
+        self.server_delays = meter.create_counter(
+            "grpc_retry.client.call.server_delays", unit="{delay}",
+            description="Retries delayed as a server's google.rpc.RetryInfo asked.")
         # What every call records, bound once (a call is then one C call, not a lookup of `record` by name)
         self.record_delay = self.retry_delay.record
         self.record_duration = self.duration.record
@@ -364,7 +372,8 @@ class Telemetry:
 
 def _is_decision(kind: int) -> bool:
     """Whether a note of this kind is a decision (one that follows an attempt's status goes on its line)."""
-    return kind == NOTE_BACKOFF or kind == NOTE_HEDGE_NOW or kind == NOTE_TRANSPARENT or kind == NOTE_STOP
+    return (kind == NOTE_BACKOFF or kind == NOTE_HEDGE_NOW or kind == NOTE_TRANSPARENT or kind == NOTE_STOP
+            or kind == NOTE_SERVER_DELAY)
 
 
 def _code_name(code: int) -> str:
@@ -531,7 +540,7 @@ class CallTelemetry:
         while i < count:
             note = notes[i]
             kind = note[0]  # (a C int, compared with the kinds as C ints: _telemetry.pxd)
-            if kind == NOTE_STATUS:
+            if kind == NOTE_STATUS or kind == NOTE_RECV_TIMEOUT:
                 # An attempt's end and the decision it led to: one line.
                 decision = notes[i + 1] if i + 1 < count and _is_decision(notes[i + 1][0]) else None
                 self._status(note, decision, tracing)
@@ -597,7 +606,9 @@ class CallTelemetry:
             log.debug("call %d %s attempt 1 on %s", self._id, self._method, where)
 
     def _status(self, note: Tuple[Any, ...], decision: Optional[Tuple[Any, ...]], tracing: bool) -> None:
-        _, n, code = note
+        timed_out = note[0] == NOTE_RECV_TIMEOUT  # cancelled: no answer within perAttemptRecvTimeout
+        n = note[1]
+        code = 1 if timed_out else note[2]
         if n == 0:
             self._code0 = code
         else:
@@ -607,10 +618,15 @@ class CallTelemetry:
         name = _code_name(code)
         self._end_attempt_span(n, name, code)
         if self._span is not None:
-            self._span.add_event("attempt ended", _FIRST_ENDED[code] if n == 0 and 0 <= code < len(_FIRST_ENDED)
-                                 else _attributes("attempt ended", n, "grpc.status", name))
+            if timed_out:
+                self._span.add_event("attempt timed out", {"attempt": n + 1})
+            else:
+                self._span.add_event("attempt ended", _FIRST_ENDED[code] if n == 0 and 0 <= code < len(_FIRST_ENDED)
+                                     else _attributes("attempt ended", n, "grpc.status", name))
         what = self._decision(decision, False) if decision is not None else None
         if tracing:
+            if timed_out:
+                name = "no answer within perAttemptRecvTimeout, cancelled"
             log.debug("%s: %s%s", self._prefix(n), name, f" → {what}" if what else "")
 
     def _decision(self, note: Optional[Tuple[Any, ...]], tracing: bool) -> Optional[str]:
@@ -636,6 +652,14 @@ class CallTelemetry:
             if name == "throttled" and throttle is not None:
                 text += f" (tokens {value:.1f} ≤ {throttle.max_milli_tokens / 2000:g})"
             self._event(_STOPS.get(name, name), {} if value < 0 else {"tokens": value})
+        elif kind == NOTE_SERVER_DELAY:
+            _, _, delay, honoured = note
+            text = f"server asks to wait {delay * 1000:.0f} ms (RetryInfo)" + (
+                "" if honoured else ": past the deadline or grpc_retry.max_server_delay, no retry")
+            self._event("server delay", {"delay_ms": round(delay * 1000, 3), "honoured": honoured})
+            metrics = self._channel.metrics
+            if honoured and metrics is not None:
+                metrics.server_delays.add(1, self._labels[2])
         else:
             return None
         if tracing:
@@ -679,6 +703,8 @@ class CallTelemetry:
             if transparent:
                 metrics.transparent.record(transparent, labels)
             metrics.record_delay(machine.idle_time, labels)
+            if machine.recv_timeouts:
+                metrics.recv_timeouts.add(machine.recv_timeouts, labels)
             with_status = by_code.get(code)
             if with_status is None:
                 with_status = {**labels, "grpc.status": name}

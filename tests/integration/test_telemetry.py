@@ -237,6 +237,29 @@ def test_trace_log_names_throttling_and_pushback(backend: Backend, caplog: pytes
         "UNAVAILABLE → stop: throttled (tokens 1.0 ≤ 1)", "UNAVAILABLE → stop: throttled (tokens 0.0 ≤ 1)"]
 
 
+def test_timed_out_attempts_and_server_delays_are_logged_counted_and_traced(
+        backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    from test_attempt_timeouts import STALL, retry_info
+
+    policy = {**retry_policy(max_attempts=3), "perAttemptRecvTimeout": "0.1s"}
+    backend.script(UNARY, STALL, retry_info(0.05))
+    caplog.set_level(logging.DEBUG, logger="grpc_retry")
+    _, reader, exporter, options = telemetry()
+    with grpc_retry.insecure_channel(backend.target, options=[("grpc.service_config", service_config(policy)),
+                                                              *options]) as ch:
+        ch.unary_unary(UNARY)(b"x", timeout=10)
+    lines = [r.getMessage() for r in caplog.records if r.name == "grpc_retry"]
+    timed_out = [line for line in lines if "perAttemptRecvTimeout" in line]
+    assert timed_out == [f"call {lines[0].split()[1]} {UNARY} attempt 1 on {backend.target}: no answer within "
+                         f"perAttemptRecvTimeout, cancelled → retry in {_ms(timed_out[0])} ms (2 of 3)"], lines
+    assert any(line.endswith(": UNAVAILABLE → server asks to wait 50 ms (RetryInfo)") for line in lines), lines
+    found = points(reader)
+    assert [p.value for p in found["grpc_retry.client.attempt.recv_timeouts"]] == [1]
+    assert [p.value for p in found["grpc_retry.client.call.server_delays"]] == [1]
+    (call,) = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert {"attempt timed out", "server delay"} <= {e.name for e in call.events}
+
+
 def test_grpc_retry_trace_turns_the_log_on_without_code(backend: Backend, tmp_path: Any) -> None:
     backend.script(UNARY, fail(AE, "retryable error"))
     script = (

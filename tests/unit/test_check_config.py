@@ -38,6 +38,21 @@ def test_a_valid_config_and_what_it_does(tmp_path, capsys):
     assert lines[2] == "  /pkg.Svc/Fast: hedging, 3 attempts, hedges at 0.05s, 0.1s; non-fatal: UNAVAILABLE; " \
                        "timeout 2.0"
     assert "stop at or below 5.0 of 10.0 tokens (about 5 failures in a row)" in out.out
+    assert lines[1].endswith("; no per-attempt timeout")
+
+
+def test_each_methods_per_attempt_timeout_is_printed(tmp_path, capsys):
+    doc = json.loads(json.dumps(CONFIG))
+    policy = doc["methodConfig"][0]["retryPolicy"]
+    policy["perAttemptRecvTimeout"] = "0.25s"
+    policy["retryableStatusCodes"] = []
+    code, out = run(tmp_path, capsys, doc)
+    assert code == 0
+    line = out.out.splitlines()[1]
+    assert ": retry, 5 attempts, on no status;" in line
+    assert line.endswith("; each attempt must answer within 0.25s (perAttemptRecvTimeout), else it is retried")
+    code, out = run(tmp_path, capsys, doc, "--json")
+    assert json.loads(out.out)["methods"]["/pkg.Svc/*"]["per_attempt_recv_timeout_s"] == 0.25
 
 
 def test_the_client_cap_is_an_option(tmp_path, capsys):
