@@ -10,6 +10,10 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   (a lost connection has the name looked up again), which on the sync API costs a state read per attempt;
 - `hedged_unary`: hedgingDelay 1 s, so the first attempt always answers first, against plain grpcio unary with the
   same config (grpcio ignores hedgingPolicy);
+- `unary_timed`, `server_stream_timed`: the unary and server-streaming points with `perAttemptRecvTimeout` 1 s in
+  the retry policy (every call answers well within it); `vs_untimed` is grpc_retry's CPU per call over the same
+  call's without the setting, measured in the same rounds: what each attempt's timer costs a call that never needs
+  it;
 - `unary_aa`: the unary point with grpcio on both sides, two identical channels: how far apart this run measures
   two of the same (an A/A test: its ratio's distance from 1 is the noise floor of the others);
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
@@ -67,6 +71,10 @@ RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": SERVICE}],
     "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]},
+}]})
+TIMED_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": SERVICE}],
+    "retryPolicy": {**json.loads(RETRY_CONFIG)["methodConfig"][0]["retryPolicy"], "perAttemptRecvTimeout": "1s"},
 }]})
 HEDGING_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": SERVICE}],
@@ -161,6 +169,9 @@ def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> di
         for run, key in (("ours", "own_share_us"), ("ours_noop_api", "own_share_noop_api_us")):
             result[key] = round(statistics.median(
                 o - b for o, b in zip(samples[run], samples["ours_telemetry_off"], strict=True)) * 1e6, 1)
+    if "ours_untimed" in samples:  # the same calls without perAttemptRecvTimeout
+        result["vs_untimed"] = round(statistics.median(
+            o / b for o, b in zip(samples["ours"], samples["ours_untimed"], strict=True)), 3)
     for run in ("ours", "plain"):
         if f"{run}_one_address" in samples:
             result[f"{'' if run == 'ours' else 'plain_'}vs_one_address"] = round(statistics.median(
@@ -216,6 +227,10 @@ def _points(port: int, no_bdp_port: int) -> Dict[str, dict]:
         "unary_future": {"kind": "unary_future", "sync_only": True, "plain": (one, RETRY_CONFIG, []),
                          "ours": (one, RETRY_CONFIG, [])},
         "hedged_unary": {"kind": "unary", "plain": (one, HEDGING_CONFIG, []), "ours": (one, HEDGING_CONFIG, [])},
+        "unary_timed": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, TIMED_CONFIG, []),
+                        "ours_untimed": (one, RETRY_CONFIG, [])},
+        "server_stream_timed": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, TIMED_CONFIG, []),
+                                "ours_untimed": (one, RETRY_CONFIG, [])},
         # grpcio against itself: what two identical channels measure apart in this run (the noise floor)
         "unary_aa": {"kind": "unary", "grpcio_only": True, "plain": (one, RETRY_CONFIG, []),
                      "ours": (one, RETRY_CONFIG, [])},
