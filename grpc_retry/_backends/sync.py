@@ -402,7 +402,8 @@ class SyncSubchannels(Subchannels):
         if channel is None or not self.active or connect:
             return super().channel(index, connect)
         if not self.reads_started:  # addresses given as such: read before the attempt, at most once a millisecond
-            entry = self._entries[index]
+            # (the channel is published a moment before its entry: another thread's attempt may come between)
+            entry = self._entries[index] if index < len(self._entries) else None
             now = monotonic()
             if entry is not None and now >= entry.read_after:
                 entry.read_after = now + ATTEMPT_READ_EVERY

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
-from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
 from support.clients import retry_options, retry_policy
 
 OK = grpc.StatusCode.OK
@@ -145,7 +145,7 @@ def test_retry_info_sets_the_delay_before_the_next_attempt(client, backend):
     out = ch.unary(UNARY, b"x", timeout=5)
     assert out.code == OK
     first, second = backend.attempts_of(UNARY)
-    assert 0.25 <= second.arrived - first.ended <= 0.35 + 0.05, second.arrived - first.ended
+    assert 0.25 <= second.arrived - first.ended <= 0.35, second.arrived - first.ended  # 0.3 s ± 50 ms
 
 
 def test_a_retry_info_delay_past_the_deadline_ends_the_call_at_once(client, backend):
@@ -181,14 +181,6 @@ def test_the_setting_is_read_from_a_json_service_config_as_grpcio_writes_it(clie
     backend.script(UNARY, STALL)
     ch = client.channel(backend.target, [("grpc.service_config", json.dumps(config))])
     assert ch.unary(UNARY, b"x", timeout=5).code == OK
-
-
-@pytest.fixture
-def backends():
-    servers = [Backend() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def test_a_server_that_sends_headers_ahead_keeps_its_answers_past_the_first_calls(client, backend):
