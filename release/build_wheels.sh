@@ -11,13 +11,21 @@
 # profile, not for size). A call's compiled work is mostly cold, so its layout is most of its cost: client CPU per
 # call 4-7% lower than the same build without a profile (bench/HISTORY.md, "Profile-guided").
 #
-#   release/build_wheels.sh            # 3.10 3.11 3.12 3.13
-#   release/build_wheels.sh 3.11       # one
+#   release/build_wheels.sh                         # 3.10 3.11 3.12 3.13
+#   release/build_wheels.sh 3.11                    # one
+#   release/build_wheels.sh 3.11 --plain 3.10 3.13  # and two built once, without a profile (for tests: CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(3.10 3.11 3.12 3.13)
+versions=()
+plain=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --plain) shift; plain=("$@"); break ;;
+        *) versions+=("$1"); shift ;;
+    esac
+done
+[ ${#versions[@]} -gt 0 ] || [ ${#plain[@]} -gt 0 ] || versions=(3.10 3.11 3.12 3.13)
 raw=$(mktemp -d)
 tools=$(mktemp -d)
 trap 'rm -rf "$raw" "$tools"' EXIT
@@ -57,6 +65,12 @@ for version in "${versions[@]}"; do
     rm -rf build
     CFLAGS="-g0 -O2 -fprofile-use=$profile -fprofile-partial-training -Wno-missing-profile" \
         "$python" -m pip wheel -q --no-deps -w "$raw" .
+done
+for version in "${plain[@]}"; do
+    python=$(interpreter "$version") || { echo "no Python $version here" >&2; exit 1; }
+    echo "building the wheel for $("$python" --version), without a profile" >&2
+    rm -rf build
+    CFLAGS="-g0 -O2" "$python" -m pip wheel -q --no-deps -w "$raw" .
 done
 rm -rf build
 mkdir -p dist
