@@ -5,7 +5,8 @@ two; a raw HTTP/2 peer (h2) on a fourth address refuses streams, sends GOAWAY, r
 per client, so that what is left open on it is that client's). Four clients, each in a process of its own, call
 all four addresses (round_robin) side by side for `--seconds`:
 plain grpc.aio, grpc_retry.aio, plain grpc (sync) and grpc_retry (sync), with the same service config (hedging
-for unary and bidi calls, retries for the others; grpcio ignores the hedging). Each makes unary, server-,
+for unary and bidi calls, retries for the others, a server stream's attempts timed by perAttemptRecvTimeout; grpcio
+ignores the hedging and the per-attempt timeout). Each makes unary, server-,
 client- and bidi-streaming calls, cancels some of them (asyncio: half of those by cancelling the task that awaits,
 reads or writes the call) and gives a third of them a 5-200 ms deadline.
 
@@ -64,7 +65,10 @@ def _policy(kind: str) -> dict:
                                   "nonFatalStatusCodes": ["UNAVAILABLE"]}}
                if kind in ("unary_unary", "stream_stream") else
                {"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
-                                "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}})}
+                                "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"],
+                                # A held attempt (100-300 ms) may be cut and retried by grpc_retry's clients. (Not a
+                                # client stream's: its timer runs while its requests go out, as C-core's does.)
+                                **({"perAttemptRecvTimeout": "0.25s"} if kind == "unary_stream" else {})}})}
 
 
 SERVICE_CONFIG = json.dumps({"methodConfig": [_policy(kind) for kind in KINDS],
