@@ -1,8 +1,8 @@
 """The `grpc.service_config` channel option: parse and validate its JSON (gRFC A6), report every error.
 
 The schema is third_party/service_config.proto. The walk over the decoded JSON is our own so that it
-can collect all errors with their field paths; durations are checked with protobuf's proto3 JSON mapping
-of Duration, and numbers may be written as strings, as that mapping allows. Unknown fields are ignored and
+can collect all errors with their field paths (_json.py reads JSON as proto3's JSON mapping writes it: durations,
+numbers as strings). Unknown fields are ignored and
 JSON null counts as absent, as in gRPC; but an unknown key is most often a misspelt one, so each is reported as
 a warning (with the known key it is closest to), as is a name that can never match a method. Whatever the
 text, the parser returns a config or raises ServiceConfigError. The result is a tree of frozen dataclasses.
@@ -10,17 +10,15 @@ text, the parser returns a config or raises ServiceConfigError. The result is a 
 
 from __future__ import annotations
 
-import difflib
-import json
 import logging
 import math
-import re
 from dataclasses import dataclass, field
-from decimal import ROUND_DOWN, Decimal, InvalidOperation
+from decimal import ROUND_DOWN, Decimal
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Mapping, Optional, Tuple
 
-from google.protobuf import duration_pb2
+from grpc_retry._json import JsonReader, cut, decode
+from grpc_retry._json import show as _show
 
 log = logging.getLogger("grpc_retry")
 
@@ -52,15 +50,9 @@ OUTLIER_DETECTION = "outlier_detection_experimental"  # the name C-core register
 
 _STATUS_CODES = {name: code for code, name in enumerate(STATUS_CODE_NAMES)}
 # proto3 JSON: seconds, up to 9 fractional digits, "s" (and ".01s", which grpc-go's published example writes)
-_DURATION = re.compile(r"-?([0-9]+(\.[0-9]{1,9})?|\.[0-9]{1,9})s")
-_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # proto3 JSON: numbers as strings too
 _UINT32_MAX = 2**32 - 1
 _MILLI = Decimal("0.001")
-_MAX_DIGITS = 400      # a JSON number longer than this is nobody's config value
-_MAX_EXPONENT = 10000  # nor one whose exponent is larger than this
-_SHOWN = 60            # at most this much of a value is echoed in a message
 _LISTED = 20           # at most this many problems are listed in a message; the rest are counted
-_T = TypeVar("_T")
 
 
 class ServiceConfigError(ValueError):
@@ -81,12 +73,6 @@ class ServiceConfigWarning(UserWarning):
 def _listing(problems: list[str]) -> str:
     shown = "; ".join(problems[:_LISTED])
     return shown if len(problems) <= _LISTED else f"{shown}; and {len(problems) - _LISTED} more"
-
-
-def _show(value: Any) -> str:
-    """A value as a message echoes it: its repr, cut to _SHOWN characters."""
-    text = repr(value) if not isinstance(value, Decimal) else str(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -191,78 +177,21 @@ def parse_service_config(text: Optional[str], *, max_attempts_cap: int = 5) -> S
     if text is None or text == "":
         return EMPTY_SERVICE_CONFIG
     try:
-        doc = json.loads(text, parse_float=_decimal, parse_int=_int, parse_constant=_reject_constant,
-                         object_pairs_hook=_object)
+        doc = decode(text)
     except RecursionError:
         raise ServiceConfigError(["<root>: invalid JSON: nested too deeply"]) from None
     except (ValueError, TypeError) as exc:
-        raise ServiceConfigError([f"<root>: invalid JSON: {_cut(str(exc))}"]) from None
+        raise ServiceConfigError([f"<root>: invalid JSON: {cut(str(exc))}"]) from None
     parser = _Parser(max_attempts_cap)
     parser.duplicates(doc)
     try:
         config = parser.service_config(doc)
     except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:  # a case the walk did not foresee
-        parser.error("<root>", f"cannot be read: {_cut(str(exc))}")
+        parser.error("<root>", f"cannot be read: {cut(str(exc))}")
         config = None
     if parser.errors or config is None:
         raise ServiceConfigError(parser.errors)
     return config
-
-
-class _Object(dict):  # type: ignore[type-arg]
-    """A decoded JSON object that remembers the keys it was given more than once."""
-
-    duplicates: Tuple[str, ...] = ()
-
-
-def _object(pairs: list[tuple[str, Any]]) -> _Object:
-    obj = _Object()
-    duplicates = []
-    for key, value in pairs:
-        if key in obj:
-            duplicates.append(key)
-        obj[key] = value
-    if duplicates:
-        obj.duplicates = tuple(duplicates)
-    return obj
-
-
-def _decimal(text: str) -> Decimal:
-    if len(text) > _MAX_DIGITS:
-        raise ValueError(f"number {_show(text)} is too long")
-    try:
-        number = Decimal(text)
-    except InvalidOperation:
-        raise ValueError(f"number {_show(text)} is out of range") from None
-    if abs(number.adjusted()) > _MAX_EXPONENT:
-        raise ValueError(f"number {_show(text)} is out of range")
-    return number
-
-
-def _int(text: str) -> int:
-    if len(text) > _MAX_DIGITS:
-        raise ValueError(f"number {_show(text)} is too long")
-    return int(text)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= 2 * _SHOWN else text[:2 * _SHOWN - 3] + "..."
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _walk(doc: Any) -> Iterator[tuple[str, Any]]:
-    """Every value of a decoded document with its path, without recursion (the document may be deep)."""
-    stack: list[tuple[str, Any]] = [("<root>", doc)]
-    while stack:
-        path, value = stack.pop()
-        yield path, value
-        if isinstance(value, dict):
-            stack.extend((key if path == "<root>" else f"{path}.{key}", item) for key, item in value.items())
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
 
 
 # The keys gRPC knows in each object of the schema (some of which grpc_retry does not use).
@@ -284,128 +213,12 @@ _KNOWN = {
 }
 
 
-class _Parser:
+class _Parser(JsonReader):
     """Walks the decoded JSON; each method returns the parsed value, or None after recording errors."""
 
     def __init__(self, max_attempts_cap: int) -> None:
+        super().__init__()
         self.cap = max_attempts_cap
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
-
-    def error(self, path: str, reason: str) -> None:
-        self.errors.append(f"{path}: {reason}")
-
-    def duplicates(self, doc: Any) -> None:
-        """gRPC rejects a key given twice in any object, known or not."""
-        for path, value in _walk(doc):
-            for key in getattr(value, "duplicates", ()):
-                self.error(path, f"duplicate key {_show(key)}")
-
-    def unknown_keys(self, obj: dict[str, Any], path: str, kind: str) -> None:
-        known = _KNOWN[kind]
-        folded = {k.lower() for k in known}
-        for key in obj:
-            if key not in known and key.lower() not in folded:  # (a known key in another case is read: get())
-                near = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
-                hint = "" if not near else \
-                    f" (did you mean {next(k for k in known if k.lower() == near[0])!r}?)"
-                where = key if path == "<root>" else f"{path}.{key}"
-                self.warnings.append(f"{where}: unknown key, ignored{hint}")
-
-    def get(self, obj: dict[str, Any], path: str, key: str, kind: Callable[[Any, str], Optional[_T]],
-            required: bool = False) -> Optional[_T]:
-        path = f"{path}.{key}" if path else key
-        value = obj.get(key)
-        if value is None and key not in obj:
-            # grpc-go reads keys whatever their case (its published retry example writes "MaxAttempts"); gRPC's
-            # core does not. Read it, and say so.
-            written = next((k for k in obj if k.lower() == key.lower()), None)
-            if written is not None:
-                value = obj[written]
-                self.warnings.append(f"{path[: -len(key)]}{written}: read as {key!r} (gRPC's core reads keys "
-                                     "case-sensitively and would ignore it)")
-        if value is None:
-            if required:
-                self.error(path, "is required")
-            return None
-        return kind(value, path)
-
-    def check(self, value: Optional[_T], path: str, ok: Callable[[_T], bool], reason: str) -> Optional[_T]:
-        if value is not None and not ok(value):
-            self.error(path, reason)
-            return None
-        return value
-
-    # JSON types
-
-    def json_object(self, value: Any, path: str) -> Optional[dict[str, Any]]:
-        if isinstance(value, dict):
-            return value
-        self.error(path, "must be an object")
-        return None
-
-    def json_list(self, value: Any, path: str) -> Optional[list[Any]]:
-        if isinstance(value, list):
-            return value
-        self.error(path, "must be a list")
-        return None
-
-    def json_string(self, value: Any, path: str) -> Optional[str]:
-        if isinstance(value, str):
-            return value
-        self.error(path, "must be a string")
-        return None
-
-    def json_bool(self, value: Any, path: str) -> Optional[bool]:
-        if isinstance(value, bool):
-            return value
-        self.error(path, "must be a boolean")
-        return None
-
-    def integer(self, value: Any, path: str) -> Optional[int]:
-        """An integer, as proto3 JSON writes one: a number with no fraction, or a string of one."""
-        if isinstance(value, str) and _NUMBER.fullmatch(value):
-            try:
-                value = _decimal(value)
-            except ValueError:
-                self.error(path, f"number {_show(value)} is out of range")
-                return None
-        if isinstance(value, Decimal) and value == value.to_integral_value():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        self.error(path, "must be an integer or an integer string")
-        return None
-
-    def number(self, value: Any, path: str) -> Optional[Decimal]:
-        """A number, as proto3 JSON writes one: a JSON number or a numeric string."""
-        if isinstance(value, str) and _NUMBER.fullmatch(value):
-            try:
-                value = _decimal(value)
-            except ValueError:
-                self.error(path, f"number {_show(value)} is out of range")
-                return None
-        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-            return Decimal(value)
-        self.error(path, "must be a number or a numeric string")
-        return None
-
-    def duration(self, value: Any, path: str) -> Optional[float]:
-        """A proto3 JSON Duration such as "1.5s", in seconds."""
-        if not isinstance(value, str):
-            self.error(path, 'must be a duration string such as "1.5s"')
-            return None
-        if not _DURATION.fullmatch(value):
-            self.error(path, f'invalid duration {_show(value)} (expected e.g. "1.5s")')
-            return None
-        if value.lstrip("-").startswith("."):
-            value = value.replace(".", "0.", 1)
-        try:
-            duration_pb2.Duration().FromJsonString(value)
-        except ValueError:
-            self.error(path, f"duration {_show(value)} is out of range")
-            return None
-        return float(value[:-1])
 
     # The schema
 
@@ -413,7 +226,7 @@ class _Parser:
         root = self.json_object(doc, "<root>")
         if root is None:
             return None
-        self.unknown_keys(root, "<root>", "<root>")
+        self.unknown_keys(root, "<root>", _KNOWN["<root>"])
         table: dict[str, MethodConfig] = {}
         for i, entry in enumerate(self.get(root, "", "methodConfig", self.json_list) or ()):
             self.method_config(entry, f"methodConfig[{i}]", table)
@@ -429,7 +242,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "healthCheckConfig")
+        self.unknown_keys(obj, path, _KNOWN["healthCheckConfig"])
         name = self.get(obj, path, "serviceName", self.json_string)
         return "" if name is None else name
 
@@ -437,7 +250,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return
-        self.unknown_keys(obj, path, "methodConfig")
+        self.unknown_keys(obj, path, _KNOWN["methodConfig"])
         names = []
         for j, name in enumerate(self.get(obj, path, "name", self.json_list) or ()):
             key = self.name_key(name, f"{path}.name[{j}]")
@@ -470,7 +283,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "name")
+        self.unknown_keys(obj, path, _KNOWN["name"])
         n_errors = len(self.errors)
         service = self.get(obj, path, "service", self.json_string) or ""
         method = self.get(obj, path, "method", self.json_string) or ""
@@ -495,7 +308,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "retryPolicy")
+        self.unknown_keys(obj, path, _KNOWN["retryPolicy"])
         max_attempts = self.max_attempts(obj, path)
         initial, maximum = (
             self.check(self.get(obj, path, key, self.duration, required=True), f"{path}.{key}",
@@ -520,7 +333,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "hedgingPolicy")
+        self.unknown_keys(obj, path, _KNOWN["hedgingPolicy"])
         max_attempts = self.max_attempts(obj, path)
         delay = self.check(self.get(obj, path, "hedgingDelay", self.duration), f"{path}.hedgingDelay",
                            lambda t: t >= 0, "must not be negative")
@@ -568,7 +381,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "retryThrottling")
+        self.unknown_keys(obj, path, _KNOWN["retryThrottling"])
         max_milli = self.get(obj, path, "maxTokens", lambda v, p: self.milli(v, p, 1000, False), True)
         ratio_milli = self.get(obj, path, "tokenRatio", lambda v, p: self.milli(v, p, _UINT32_MAX, True), True)
         if max_milli is None or ratio_milli is None:
@@ -628,7 +441,7 @@ class _Parser:
     def outlier_detection(self, obj: dict[str, Any], path: str
                           ) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
         """gRFC A50's config, validated as A50 says: durations not negative, percentages at most 100."""
-        self.unknown_keys(obj, path, OUTLIER_DETECTION)
+        self.unknown_keys(obj, path, _KNOWN[OUTLIER_DETECTION])
         n_errors = len(self.errors)
         defaults = OutlierDetection()
         interval, base, longest = (
@@ -665,7 +478,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "successRateEjection")
+        self.unknown_keys(obj, path, _KNOWN["successRateEjection"])
         given = {"stdev_factor": self.uint32(obj, path, "stdevFactor"),
                  "enforcement_percentage": self.percent(obj, path, "enforcementPercentage"),
                  "minimum_hosts": self.uint32(obj, path, "minimumHosts"),
@@ -676,7 +489,7 @@ class _Parser:
         obj = self.json_object(value, path)
         if obj is None:
             return None
-        self.unknown_keys(obj, path, "failurePercentageEjection")
+        self.unknown_keys(obj, path, _KNOWN["failurePercentageEjection"])
         given = {"threshold": self.percent(obj, path, "threshold"),
                  "enforcement_percentage": self.percent(obj, path, "enforcementPercentage"),
                  "minimum_hosts": self.uint32(obj, path, "minimumHosts"),
