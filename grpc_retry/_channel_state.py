@@ -13,8 +13,9 @@ from grpc_retry._backends.outliers import OutlierStats
 from grpc_retry._config import RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
+from grpc_retry._otel import observe_hedging, observe_outliers
 from grpc_retry._stats import ChannelStats, channel_stats
-from grpc_retry._telemetry import Telemetry, observe_hedging, observe_outliers
+from grpc_retry._telemetry import Telemetry
 
 log = logging.getLogger("grpc_retry")
 

@@ -12,17 +12,12 @@ context (W3C `traceparent`, through OpenTelemetry's propagator) in its metadata.
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import itertools
 import logging
 import os
 import sys
-import threading
-import time
-import weakref
 from time import perf_counter
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -48,23 +43,21 @@ from grpc_retry._core import (
     RetryThrottle,
     traceparent,
 )
+from grpc_retry._otel import (
+    current_context,
+    otel_api,
+    otel_switch,
+    provider_set,
+    span_key,
+    tuple_span_context,
+)
 from grpc_retry._version import __version__
 
 log = logging.getLogger("grpc_retry")
 
 TRACE_ENV = "GRPC_RETRY_TRACE"
-OTEL_ENV = "GRPC_RETRY_OTEL"  # "none", "metrics", "spans", or unset / "all": what grpc_retry exports to OpenTelemetry
 
 
-def otel_switch() -> Tuple[bool, bool]:
-    """(metrics on, spans on) as GRPC_RETRY_OTEL allows them."""
-    value = os.environ.get(OTEL_ENV, "all").strip().lower()
-    parts = {p.strip() for p in value.split(",")}
-    if parts & {"none", "off", "0", "false", "no"}:
-        return False, False
-    if parts & {"all", "", "1", "on", "true", "yes"}:
-        return True, True
-    return "metrics" in parts, "spans" in parts
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _WHY = {RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent retry"}
 _TYPES = {ORIGINAL: "original", RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent_retry"}
@@ -121,30 +114,6 @@ def canonical_target(target: str) -> str:
     return "dns:///" + target
 
 
-_api: Any = False  # OpenTelemetry's metrics and trace modules; None: not installed; False: not looked for yet
-
-
-def _otel_api() -> Any:
-    """OpenTelemetry's metrics and trace modules, or None: imported on a channel's creation, not grpc_retry's
-    import, and looked for once (a failed import is not cached by Python: it searches sys.path every time)."""
-    global _api
-    if _api is False:
-        try:
-            import opentelemetry.metrics as metrics
-            import opentelemetry.trace as trace
-        except ImportError:
-            _api = None
-        else:
-            _api = (metrics, trace)
-    return _api
-
-
-def _provider_set(provider: Any) -> bool:
-    """Whether `provider` is a real one (not OpenTelemetry API's no-op or not-yet-set proxy)."""
-    name = type(provider).__name__
-    return not (name.startswith("NoOp") or name.startswith("_Proxy") or name.startswith("Proxy"))
-
-
 class _Metrics:
     """The A96 / A66 histograms, made once per channel."""
 
@@ -183,80 +152,6 @@ class _Metrics:
         self.record_duration = self.duration.record
 
 
-# Adaptive hedging's state per method (the delay before its next hedge now, its hedges not sent for budget),
-# observed when a reader collects: nothing per call. A meter keeps the first instrument of a name (and only its
-# callbacks), so the instruments are made once per meter provider and observe every open channel made with it.
-_hedging_channels: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
-_observed_lock = threading.Lock()
-
-
-def observe_hedging(provider: Any, channel: Any) -> None:
-    """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `hedges()`) on `provider`'s meter."""
-    with _observed_lock:
-        channels = _hedging_channels.get(provider)
-        if channels is None:
-            channels = _hedging_channels[provider] = weakref.WeakSet()
-            meter = provider.get_meter("grpc_retry", __version__)
-            meter.create_observable_gauge(
-                "grpc_retry.client.hedging_delay", callbacks=[functools.partial(_observe, channels, True)],
-                unit="s", description="Adaptive hedging: the delay before a call's next hedge, now.")
-            meter.create_observable_counter(
-                "grpc_retry.client.hedges_not_sent_for_budget",
-                callbacks=[functools.partial(_observe, channels, False)], unit="{hedge}",
-                description="Hedges that were due but not sent: over grpc_retry.max_extra_load.")
-        channels.add(channel)
-
-
-def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) -> Iterable[Any]:
-    from opentelemetry.metrics import Observation
-
-    with _observed_lock:
-        open_channels = [channel for channel in channels if not channel.closed]
-    now = time.monotonic()
-    return [Observation(hedge.delay(now) if delays else hedge.budget_stopped,
-                        {"grpc.method": method.lstrip("/"), "grpc.target": channel.telemetry.target})
-            for channel in open_channels for method, hedge in channel.hedges()]
-
-
-# Outlier detection's counters (gRFC A91's names), observed the same way: per meter provider, every open
-# channel's detector, summed per target.
-_outlier_detectors: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
-OUTLIER_COUNTERS = {
-    "ejections_enforced_total": "Total enforced ejections due to any outlier type.",
-    "ejections_overflow": "Ejections aborted because of the max ejection percentage.",
-    "ejections_enforced_success_rate": "Enforced success rate outlier ejections.",
-    "ejections_detected_success_rate": "Detected (even if unenforced) success rate outlier ejections.",
-    "ejections_enforced_failure_percentage": "Enforced failure percentage outlier ejections.",
-    "ejections_detected_failure_percentage": "Detected (even if unenforced) failure percentage outlier ejections.",
-}
-
-
-def observe_outliers(provider: Any, detector: Any, target: str) -> None:
-    """Observe `detector` (an OutlierDetector: `closed`, `counts`) on `provider`'s meter, labelled `target`."""
-    detector.metric_target = target
-    with _observed_lock:
-        detectors = _outlier_detectors.get(provider)
-        if detectors is None:
-            detectors = _outlier_detectors[provider] = weakref.WeakSet()
-            meter = provider.get_meter("grpc_retry", __version__)
-            for name, description in OUTLIER_COUNTERS.items():
-                meter.create_observable_counter(
-                    f"grpc.lb.outlier_detection.{name}", unit="{ejection}", description=description,
-                    callbacks=[functools.partial(_observe_outliers, detectors, name)])
-        detectors.add(detector)
-
-
-def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any = None) -> Iterable[Any]:
-    from opentelemetry.metrics import Observation
-
-    with _observed_lock:
-        detectors_now = list(detectors)
-    totals: Dict[str, int] = {}
-    for detector in detectors_now:  # a closed channel's ejections still count: counters never go down
-        totals[detector.metric_target] = totals.get(detector.metric_target, 0) + detector.counts[name]
-    return [Observation(value, {"grpc.target": target}) for target, value in totals.items()]
-
-
 class Telemetry:
     """A channel's exporters: what is on is decided when the channel is made (the log level, per call)."""
 
@@ -292,27 +187,27 @@ class Telemetry:
         self._attempts: Dict[Tuple[int, int, int, str], Dict[str, Any]] = {}
         self._firsts: Dict[str, Dict[str, Any]] = {}  # a subchannel's address -> its first attempts' (the same)
         self._hosts: Dict[str, str] = {}  # a subchannel's address ("ipv4:host:port") -> its host:port
-        api = _otel_api()
+        api = otel_api()
         if api is None:
             return
         metrics, trace = api
         metrics_on, spans_on = otel_switch()
         if meter_provider is None:
             meter_provider = metrics.get_meter_provider()
-        if metrics_on and _provider_set(meter_provider):
+        if metrics_on and provider_set(meter_provider):
             self.metrics = _Metrics(meter_provider)
             self.meter_provider = meter_provider
         if tracer_provider is None:
             tracer_provider = trace.get_tracer_provider()
-        if spans_on and _provider_set(tracer_provider):
+        if spans_on and provider_set(tracer_provider):
             self.tracer = tracer_provider.get_tracer("grpc_retry", __version__)
             from opentelemetry import baggage, context, propagate
 
             self._trace_api, self._propagate, self._baggage, self._context_api = trace, propagate, baggage, context
-            self._current = _current_context(context)
+            self._current = current_context(context)
             self._client = trace.SpanKind.CLIENT
-            self._span_context = _tuple_span_context(trace)
-            self._span_key = _span_key(trace, context)
+            self._span_context = tuple_span_context(trace)
+            self._span_key = span_key(trace, context)
             self._no_state = getattr(trace, "DEFAULT_TRACE_STATE", None)
             # get_global_textmap() returns the module's _HTTP_TEXT_FORMAT, as it has always done: read it there
             # (a lookup, where the call is a Python call each time)
@@ -392,65 +287,6 @@ def _attributes(event: str, n: int, name: str, value: Any) -> Dict[str, Any]:
         if len(_EVENT_ATTRIBUTES) < 1024:
             _EVENT_ATTRIBUTES[key] = attributes
     return attributes
-
-
-def _span_key(trace: Any, context: Any) -> Any:
-    """(Context's class, the key a span is set under) when OpenTelemetry's set_span_in_context makes a Context
-    that holds the span as its one new item, as it has always done, and get_current_span reads it back from one
-    made that way; None otherwise (set_span_in_context is called)."""
-    try:
-        span = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
-        empty = context.Context()
-        made = trace.set_span_in_context(span, empty)
-        cls = type(made)
-        if not isinstance(made, dict) or len(made) != 1 or cls is not type(empty):
-            return None
-        ((key, value),) = made.items()
-        again = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
-        if value is not span or trace.get_current_span(cls({key: again})) is not again:
-            return None
-    except Exception:  # (a Context of its own making: set_span_in_context is called)
-        return None
-    return cls, key
-
-
-def _current_context(context: Any) -> Any:
-    """What returns the current OpenTelemetry context: the get() of the context variable OpenTelemetry's default
-    runtime context keeps it in, as it has always done (a C call, where get_current() is three Python calls), when
-    that is the runtime context in use and reads back what is attached; else context.get_current."""
-    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
-    variable = getattr(runtime, "_current_context", None)
-    if type(runtime).__name__ != "ContextVarsRuntimeContext" or not isinstance(variable, contextvars.ContextVar):
-        return context.get_current
-    try:
-        probe = context.set_value(context.create_key("grpc_retry.probe"), True)
-        token = context.attach(probe)
-        try:
-            seen = variable.get()
-        finally:
-            context.detach(token)
-        if seen is not probe or variable.get() is not context.get_current():
-            return context.get_current
-    except Exception:  # (a runtime context of its own making: get_current is called)
-        return context.get_current
-    return variable.get
-
-
-def _tuple_span_context(trace: Any) -> Any:
-    """OpenTelemetry's SpanContext class when it is a tuple of (trace_id, span_id, is_remote, trace_flags,
-    trace_state, is_valid), as it has always been: a span's context is then read by unpacking it, not through six
-    properties. None otherwise (the properties are read)."""
-    cls = trace.SpanContext
-    try:
-        probe = cls(0x1234, 0x5678, True, trace.TraceFlags(1))
-        fields = tuple(probe) if isinstance(probe, tuple) else ()
-    except Exception:  # (a layout of its own: read through the properties)
-        return None
-    expected = (probe.trace_id, probe.span_id, probe.is_remote, probe.trace_flags, probe.trace_state,
-                probe.is_valid)
-    if len(fields) != 6 or any(a is not b for a, b in zip(fields, expected, strict=True)):
-        return None
-    return cls
 
 
 class CallTelemetry:

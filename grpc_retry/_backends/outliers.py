@@ -71,7 +71,7 @@ class OutlierDetector:
         self._timer: Any = None
         self._closed = False
         self.counts = dict.fromkeys(self.COUNTERS, 0)
-        self.metric_target = ""  # the grpc.target label of its metrics (_telemetry.observe_outliers)
+        self.metric_target = ""  # the grpc.target label of its metrics (_otel.observe_outliers)
 
     def start(self) -> None:
         """From the channel's first use: count attempts, look every interval."""

@@ -198,7 +198,7 @@ def test_the_callers_context_is_read_as_get_current_reads_it() -> None:
     """grpc_retry reads the caller's context from the context variable OpenTelemetry's runtime context keeps it
     in (probed when the channel is made), or through get_current when the runtime context is another: the same
     context either way, on whatever thread the call starts."""
-    from grpc_retry._telemetry import _current_context
+    from grpc_retry._otel import current_context as _current_context
 
     telemetry = Telemetry("127.0.0.1:1", None, None, TracerProvider())
     assert telemetry._current is not context.get_current  # (the default runtime context here: its variable)
