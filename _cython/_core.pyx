@@ -1,7 +1,7 @@
 # cython: language_level=3
 """grpc_retry's compiled core: the call machine (one logical call's retries, hedges, replay and commit), and
-what it uses: the throttle, the replay budget, method policies, pushback and RetryInfo, the picker; and the W3C traceparent
-its telemetry writes on each attempt.
+what it uses: the throttle, the replay budget, method policies, pushback and RetryInfo, the picker; and the W3C
+traceparent its telemetry writes on each attempt.
 
 Sans-I/O: nothing here touches grpcio, threads, asyncio or the clock. The drivers (aio/, sync/) feed events in
 with the current time and perform the actions that come back. Each topic lives in its own include file.

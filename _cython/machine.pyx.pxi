@@ -14,8 +14,9 @@
 # throttle, pushback (or the server's RetryInfo), the attempt count and the deadline: retry it transparently, start
 # the next attempt now or after a delay, wait for the others, or deliver a status. Under a retry policy with a
 # perAttemptRecvTimeout, an attempt that has not answered (headers or a message) that long after its start is
-# cancelled and counts as a retryable failure: the machine's one timer is also each such attempt's. The picker gives each attempt an address the call has
-# not used while one can take it; when none can, the call waits for the subchannels to change or fails fast.
+# cancelled and counts as a retryable failure: the machine's one timer is also each such attempt's. The picker
+# gives each attempt an address the call has not used while one can take it; when none can, the call waits for the
+# subchannels to change or fails fast.
 #
 # States (`state`) and what moves between them:
 #
