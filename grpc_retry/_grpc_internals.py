@@ -81,6 +81,13 @@ def aio_initial_metadata(attempt: Any) -> Tuple[Tuple[str, Any], ...]:
     return metadata
 
 
+def aio_headers_came(attempt: Any) -> bool:
+    """Whether an asyncio attempt's response headers have come and its end has not (real headers, then, not a
+    Trailers-Only response's), whether or not what waits on them has run yet."""
+    came: bool = attempt._initial_metadata is not None and attempt._status is None
+    return came
+
+
 def aio_locally_cancelled(attempt: Any) -> bool:
     cancelled: bool = attempt._locally_cancelled
     return cancelled

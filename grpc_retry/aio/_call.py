@@ -45,7 +45,13 @@ from grpc_retry._driver import (
     log,
     trailing_with_attempts,
 )
-from grpc_retry._grpc_internals import EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
+from grpc_retry._grpc_internals import (
+    EndWaiter,
+    aio_headers_came,
+    aio_initial_metadata,
+    aio_locally_cancelled,
+    aio_status,
+)
 from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
 from grpc_retry.aio import _timers
 
@@ -53,6 +59,8 @@ _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
 # (grpc.aio can resolve the first a loop turn before the second). Silence this long after them means real ones.
 HEADERS_GRACE = 0.05
+# Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)
+TIMER_TURNS = 4
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
 # grpc.aio's words
@@ -201,8 +209,30 @@ class _Call(CallDriver):
                 self._silent_n = -1  # its silence lasted: it won before the hedge was due
                 self._method.headers_early()
                 self._decide("headers", n, now)
-            else:
+            elif self._machine.recv_timeout == INF:
                 self._decide("timer", now)
+            else:  # a timed attempt's: what came before it, on a busy loop, may be queued behind it
+                self._loop.call_soon(self._timer_after_queued, TIMER_TURNS)
+
+    def _timer_after_queued(self, turns: int) -> None:
+        """A timed call's timer, a few loop turns late: the completions queued with it, and the tasks they wake
+        (grpc.aio's own, for the portable transport's attempts), have run. An attempt whose headers came by then
+        answered in time, as C-core would have seen on its own thread: it tells the machine first, which then
+        re-arms its timer as it needs."""
+        if self._done:
+            return
+        now = monotonic()
+        told = False
+        for n, attempt in list(self._attempts.items()):
+            if n != self._winner and aio_headers_came(attempt) and self._attempts.get(n) is attempt:
+                self._decide("headers", n, now)
+                told = True
+        if self._done or self._machine.timer_at > now:  # (inf: disarmed; later: re-armed, its own timer to come)
+            return
+        if not told and turns > 1:
+            self._loop.call_soon(self._timer_after_queued, turns - 1)
+        else:
+            self._decide("timer", now)
 
     def _wait(self, generation: int) -> None:
         loop = self._loop

@@ -2,6 +2,7 @@
 over real grpcio servers on loopback, through both APIs (the `client` fixture). A black-holed backend accepts the
 call and never answers (a held step)."""
 
+import asyncio
 import concurrent.futures
 import json
 import time
@@ -214,3 +215,28 @@ def test_plain_blocking_calls_past_a_methods_first_calls_are_timed_too(client, b
     outcomes = [ch.invoke("unary", unary, b"x", timeout=3, plain=True) for _ in range(40)]
     assert [out.code for out in outcomes] == [OK] * 40
     assert len(backends[1].attempts_of(UNARY)) >= 10
+
+
+@pytest.mark.parametrize("kind,method,payload", CALLS[:2], ids=[c[0] for c in CALLS[:2]])
+def test_an_answer_held_up_behind_a_busy_event_loop_still_counts(client, backend, kind, method, payload):
+    # asyncio: the loop is blocked past the timer while the answer comes; both wait for it, and the answer that
+    # came first wins (C-core stops the timer on its own thread).
+    if client.api != "aio":
+        pytest.skip("the event loop's")
+    ch = client.channel(backend.target, retry_options(timed(recv="0.1s", max_attempts=3)))
+    assert getattr(ch, kind)(method, payload, timeout=5).code == OK  # (connected)
+
+    async def blocked_call():
+        arrived = len(backend.attempts_of(method)) + 1
+        call = ch.multicallable(kind, method)(payload, timeout=5)
+        while len(backend.attempts_of(method)) < arrived:  # (the portable transport's starts on a loop turn)
+            await asyncio.sleep(0.001)
+        time.sleep(0.3)  # the loop blocked: the answer comes, the timer falls due
+        if kind == "unary":
+            return await call
+        return [message async for message in call]
+
+    for _ in range(3):
+        before = len(backend.attempts_of(method))
+        client.run_in_loop(blocked_call())
+        assert len(backend.attempts_of(method)) == before + 1  # no retry: the attempt answered in time
