@@ -188,11 +188,11 @@ def test_the_setting_is_read_from_a_json_service_config_as_grpcio_writes_it(clie
 def test_a_server_that_sends_headers_ahead_keeps_its_answers_past_the_first_calls(client, backend):
     # Past a method's first calls, a timed unary attempt is one batch (its headers seen with its response) unless
     # its server was seen sending headers ahead: this one always does, so no call is cut at its timer.
-    backend.fallback(UNARY, lambda i: Step(headers=(("x-h", "1"),), headers_lead=0.3))
-    ch = client.channel(backend.target, retry_options(timed(recv="0.1s", max_attempts=3)))
-    results = in_flight(ch, 48, 8, timeout=5)
-    assert [out.code for out, _ in results] == [OK] * 48
-    assert len(backend.attempts_of(UNARY)) == 48
+    backend.fallback(UNARY, lambda i: Step(headers=(("x-h", "1"),), headers_lead=0.5))
+    ch = client.channel(backend.target, retry_options(timed(recv="0.25s", max_attempts=3)))
+    results = in_flight(ch, 40, 8, timeout=5)
+    assert [out.code for out, _ in results] == [OK] * 40
+    assert len(backend.attempts_of(UNARY)) == 40
 
 
 @pytest.mark.parametrize("kind,method,payload", CALLS, ids=[c[0] for c in CALLS])
@@ -210,7 +210,7 @@ def test_plain_blocking_calls_past_a_methods_first_calls_are_timed_too(client, b
     # (sync: the bare multicallable(...), whose attempts past the method's first calls are one batch each, their
     # timer their grpcio deadline)
     backends[1].fallback(UNARY, lambda i: STALL)
-    ch = client.channel(ipv4(backends), round_robin(timed(recv="0.05s", max_attempts=3)))
+    ch = client.channel(ipv4(backends), round_robin(timed(recv="0.1s", max_attempts=3)))
     unary = ch.multicallable("unary", UNARY)
     outcomes = [ch.invoke("unary", unary, b"x", timeout=3, plain=True) for _ in range(40)]
     assert [out.code for out in outcomes] == [OK] * 40
@@ -231,7 +231,7 @@ def test_an_answer_held_up_behind_a_busy_event_loop_still_counts(client, backend
         call = ch.multicallable(kind, method)(payload, timeout=5)
         while len(backend.attempts_of(method)) < arrived:  # (the portable transport's starts on a loop turn)
             await asyncio.sleep(0.001)
-        time.sleep(0.3)  # the loop blocked: the answer comes, the timer falls due
+        time.sleep(0.5)  # the loop blocked: the answer comes, the timer falls due
         if kind == "unary":
             return await call
         return [message async for message in call]
