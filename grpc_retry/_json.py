@@ -17,6 +17,7 @@ _MAX_DIGITS = 400      # a JSON number longer than this is nobody's config value
 _MAX_EXPONENT = 10000  # nor one whose exponent is larger than this
 SHOWN = 60             # at most this much of a value is echoed in a message
 _T = TypeVar("_T")
+_OUT_OF_RANGE = object()  # a numeric string too long or too large (its error recorded)
 
 
 def show(value: Any) -> str:
@@ -168,12 +169,9 @@ class JsonReader:
 
     def integer(self, value: Any, path: str) -> Optional[int]:
         """An integer, as proto3 JSON writes one: a number with no fraction, or a string of one."""
-        if isinstance(value, str) and _NUMBER.fullmatch(value):
-            try:
-                value = _decimal(value)
-            except ValueError:
-                self.error(path, f"number {show(value)} is out of range")
-                return None
+        value = self._unquoted(value, path)
+        if value is _OUT_OF_RANGE:
+            return None
         if isinstance(value, Decimal) and value == value.to_integral_value():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -183,16 +181,24 @@ class JsonReader:
 
     def number(self, value: Any, path: str) -> Optional[Decimal]:
         """A number, as proto3 JSON writes one: a JSON number or a numeric string."""
-        if isinstance(value, str) and _NUMBER.fullmatch(value):
-            try:
-                value = _decimal(value)
-            except ValueError:
-                self.error(path, f"number {show(value)} is out of range")
-                return None
+        value = self._unquoted(value, path)
+        if value is _OUT_OF_RANGE:
+            return None
         if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
             return Decimal(value)
         self.error(path, "must be a number or a numeric string")
         return None
+
+    def _unquoted(self, value: Any, path: str) -> Any:
+        """A numeric string as the Decimal it writes (proto3 JSON allows numbers as strings), else `value` as it is;
+        _OUT_OF_RANGE once the error is recorded."""
+        if isinstance(value, str) and _NUMBER.fullmatch(value):
+            try:
+                return _decimal(value)
+            except ValueError:
+                self.error(path, f"number {show(value)} is out of range")
+                return _OUT_OF_RANGE
+        return value
 
     def duration(self, value: Any, path: str) -> Optional[float]:
         """A proto3 JSON Duration such as "1.5s", in seconds."""

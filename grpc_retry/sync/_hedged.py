@@ -298,8 +298,8 @@ class HedgedBlockingCall(_Attempts):
     def _decided(self, actions: List[Action], live: bool) -> Optional[List[Action]]:
         """(Under the lock.) What the machine decided: the actions to perform here, or None when they need the
         Call, to which the call is handed (`live`: attempt 0 is still out)."""
-        if self._out and (CANCEL, 0) in actions:  # attempt 0 is over for the machine (its perAttemptRecvTimeout)
-            self._out = live = False
+        if self._headers_first and self._out and (CANCEL, 0) in actions:
+            self._out = live = False  # attempt 0 is over for the machine (its perAttemptRecvTimeout: timed calls')
         if not _inline(actions, False):
             self._hand_over(actions, live)
             return None
