@@ -222,7 +222,7 @@ def test_an_answer_held_up_behind_a_busy_event_loop_still_counts(client, backend
     # asyncio: the loop is blocked past the timer while the answer comes; both wait for it, and the answer that
     # came first wins (C-core stops the timer on its own thread).
     if client.api != "aio":
-        pytest.skip("the event loop's")
+        pytest.skip("asyncio only: a sync call has no event loop to be held up behind")
     ch = client.channel(backend.target, retry_options(timed(recv="0.1s", max_attempts=3)))
     assert getattr(ch, kind)(method, payload, timeout=5).code == OK  # (connected)
 
