@@ -28,6 +28,8 @@ def compile_protos() -> None:
 # The per-call Python of the drivers, compiled as it is (Cython's pure-Python mode: the .py stays the source,
 # read, typed and tested as Python; annotations are not taken as C types, so it behaves as it reads).
 COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._grpc_internals", "grpc_retry._waiters",
+                    "grpc_retry._transport.batches", "grpc_retry._transport.direct", "grpc_retry._transport.direct_aio",
+                    "grpc_retry._transport.direct_streams",
                     "grpc_retry._timer", "grpc_retry._telemetry", "grpc_retry.aio._call", "grpc_retry.aio._channel",
                     "grpc_retry.aio._timers", "grpc_retry.sync._call", "grpc_retry.sync._hedged",
                     "grpc_retry.sync._request_stream", "grpc_retry.sync._channel", "grpc_retry._backends.subchannels",

@@ -22,7 +22,7 @@ from overhead import PAYLOAD, SERVICE, start_server
 
 
 async def _measure(target: str, calls: int, rounds: int) -> dict:
-    from grpc_retry._grpc_internals import AioMethod
+    from grpc_retry._transport.direct_aio import AioMethod
 
     channel = grpc.aio.insecure_channel(target)
     unary, one = channel.unary_unary(f"/{SERVICE}/Unary"), channel.unary_stream(f"/{SERVICE}/One")

@@ -1,6 +1,7 @@
 """How an attempt reaches grpcio: two transports behind one interface, one of them chosen at import.
 
-- **direct** (grpc_retry/_grpc_internals.py): attempts on grpcio's Cython calls, their batches built by grpc_retry.
+- **direct** (`direct.py`, `direct_streams.py`, `direct_aio.py`, `batches.py`; grpcio's private names in
+  grpc_retry/_grpc_internals.py): attempts on grpcio's Cython calls, their batches built by grpc_retry.
   Fast, and bound to grpcio's private internals: every name it uses is verified on the installed grpcio first
   (`check.py`).
 - **portable** (`portable.py`, `portable_aio.py`): grpcio's public API only: multicallables with `None`
@@ -76,7 +77,7 @@ NAME, FAILURES = _select()
 
 transport: Any  # the chosen transport's module: what the drivers and subchannels call
 if NAME == "direct":
-    from grpc_retry import _grpc_internals as transport
+    from grpc_retry._transport import direct as transport
 else:
     from grpc_retry._transport import portable as transport
 

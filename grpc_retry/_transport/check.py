@@ -1,4 +1,5 @@
-"""The direct transport's self-check: every private name of grpcio it uses (grpc_retry/_grpc_internals.py), looked
+"""The direct transport's self-check: every private name of grpcio it uses (grpc_retry/_grpc_internals.py and
+grpc_retry/_transport/direct*.py), looked
 up on the installed grpcio, and the parameters of each private function it calls. It imports nothing of the direct
 transport: a grpcio whose internals differ must be found out before any of them is used."""
 

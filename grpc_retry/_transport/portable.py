@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import grpc
 
-from grpc_retry._grpc_internals import _AttemptState as AttemptState
+from grpc_retry._grpc_internals import AttemptState
 from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 

@@ -1,6 +1,6 @@
 """The portable transport's asyncio attempts: grpc.aio calls made by grpc.aio's public multicallables (`None`
 serializers), each followed by a task of its own that tells the driver what the call did, as the direct
-transport's AioAttempt tells it from its batches (same interface: grpc_retry/_grpc_internals.py)."""
+transport's AioAttempt tells it from its batches (same interface: direct_aio.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple
 import grpc
 from grpc.aio import AioRpcError
 
-from grpc_retry import _grpc_internals
+from grpc_retry._transport import direct_aio
 
 EOF = grpc.aio.EOF
 _RESPONSE_STREAMS = ("unary_stream", "stream_stream")
@@ -26,7 +26,7 @@ class AioAttempts:
     """Every asyncio attempt is an AioAttempt, shaped as the direct transport's (its table); a hedged call's unary
     response comes through a stream call, whose headers show before its response."""
 
-    shape = staticmethod(_grpc_internals.AioAttempts.shape)
+    shape = staticmethod(direct_aio.AioAttempts.shape)
 
     @staticmethod
     def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> AioMethod:
@@ -399,7 +399,7 @@ def aio_intercepted(kind: str) -> type:
 
     missing = check.interceptor_failures()
     if not missing:
-        return _grpc_internals.aio_intercepted(kind)
+        return direct_aio.aio_intercepted(kind)
     reason = (f"grpc_retry cannot run grpc.aio interceptors on grpcio {grpc.__version__}: {'; '.join(missing)}. "
               "Intercept the calls above the channel instead, or install a grpcio grpc_retry knows.")
 

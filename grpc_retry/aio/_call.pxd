@@ -2,7 +2,8 @@
 # shapes, with grpc.aio's abstract call classes) are Python classes over it.
 
 from grpc_retry._driver cimport CallDriver, grpc_details, trailing_with_attempts
-from grpc_retry._grpc_internals cimport EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
+from grpc_retry._grpc_internals cimport aio_initial_metadata, aio_locally_cancelled, aio_status
+from grpc_retry._transport.batches cimport EndWaiter
 
 
 cdef class _Call(CallDriver):

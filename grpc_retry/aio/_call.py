@@ -1,5 +1,5 @@
 """The asyncio driver: grpc.aio call objects over the call machine, whose attempts are grpc_retry's own calls on
-grpc.aio's Cython calls to subchannels (`_grpc_internals.AioAttempt`), carrying bytes.
+grpc.aio's Cython calls to subchannels (`_transport/direct_aio.AioAttempt`), carrying bytes.
 
 A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from the
 done callbacks of their batches, the machine's timer is the channel's (`_timers`: one asyncio timer for all its
@@ -34,7 +34,6 @@ from grpc.aio import AioRpcError, Metadata
 
 from grpc_retry import _bases as bases
 from grpc_retry import _driver as driver
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import (
     CANCELLED_DETAILS,
@@ -46,14 +45,17 @@ from grpc_retry._driver import (
     trailing_with_attempts,
 )
 from grpc_retry._grpc_internals import (
-    EndWaiter,
     aio_headers_came,
     aio_initial_metadata,
     aio_locally_cancelled,
     aio_status,
 )
 from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
+from grpc_retry._transport.batches import EndWaiter
 from grpc_retry.aio import _timers
+
+if TYPE_CHECKING:
+    from grpc_retry._transport.direct_aio import AioAttempt
 
 _EOF = grpc.aio.EOF
 # Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
@@ -368,7 +370,7 @@ class _Call(CallDriver):
                 del self._watchers[n]
         self._ended(n, attempt, False)
 
-    def _headers_came(self, n: int, attempt: internals.AioAttempt) -> None:
+    def _headers_came(self, n: int, attempt: AioAttempt) -> None:
         """A hedged unary attempt's headers came (`_first_answer`, for the headers-first shape): headers commit the
         call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
         if self._attempts.get(n) is not attempt or self._winner == n:
@@ -392,7 +394,7 @@ class _Call(CallDriver):
             left = HEADERS_GRACE - (monotonic() - self._silent)
             self._watchers[n] = self._loop.call_later(max(left, 0.0), self._silence, n, attempt)
 
-    def _headers_first_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
+    def _headers_first_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
         """A hedged unary attempt ended, with its response or EOF: its status goes to the machine, and a response
         commits the call to it first (unless its headers did already): an OK status then delivers it."""
         grace = None if self._watchers is None else self._watchers.pop(n, None)  # (no cast(): a Python call)
@@ -412,7 +414,7 @@ class _Call(CallDriver):
             self._response = response
         self._ended(n, attempt, response is not _EOF)
 
-    def _direct_ended(self, n: int, attempt: internals.AioAttempt, response: Any) -> None:
+    def _direct_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
         """A unary-unary attempt as one batch (unhedged, or a hedged call's first: `_start`) ended, with its
         response or EOF: its headers, or its response, came with its end."""
         if self._attempts.get(n) is not attempt:

@@ -3,7 +3,8 @@
 
 cimport cython
 
-from grpc_retry._grpc_internals cimport SyncHeadersFirst, SyncHeadersFirstAttempt, _AttemptState, sync_response
+from grpc_retry._grpc_internals cimport AttemptState, sync_response
+from grpc_retry._transport.direct cimport SyncHeadersFirst, SyncHeadersFirstAttempt
 from grpc_retry._timer cimport TimerHandle, Timers
 from grpc_retry.sync._call cimport _Attempts
 
@@ -26,7 +27,7 @@ cdef class HedgedBlockingCall(_Attempts):
     cdef _set_timer(self, at, bint alone)
     cdef _done(self)
     cpdef _on_headers(self, attempt)
-    @cython.locals(state=_AttemptState)
+    @cython.locals(state=AttemptState)
     cpdef _on_end(self, attempt)
     cpdef _due(self)
     cdef _after(self, decided, attempt)

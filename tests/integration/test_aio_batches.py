@@ -1,5 +1,5 @@
 """grpc_retry's asyncio attempts run grpcio's batches on grpc.aio's Cython calls with no asyncio future: each batch
-stands in for the loop grpcio's completion queue hands its completion to (`_grpc_internals._Batch`). These check
+stands in for the loop grpcio's completion queue hands its completion to (`_transport.batches._Batch`). These check
 what that hand-over must keep: the thread callbacks run on, what a callback that fails does to the loop, and that a
 batch no one waits for any more (its attempt cancelled, its loop closed) tells nothing. A task awaiting a call's end
 waits on an `EndWaiter`, which a batch's completion wakes on its own loop turn: these check it behaves as the future
@@ -14,13 +14,14 @@ import pytest
 from support.backend import UNARY, Step
 
 from grpc_retry import _grpc_internals as internals
+from grpc_retry._transport import batches, direct_aio
 
 
-def _method(channel: grpc.aio.Channel) -> internals.AioMethod:
-    return internals.AioMethod(channel.unary_unary(UNARY), False)
+def _method(channel: grpc.aio.Channel) -> direct_aio.AioMethod:
+    return direct_aio.AioMethod(channel.unary_unary(UNARY), False)
 
 
-def _attempt(method: internals.AioMethod, request: bytes) -> internals.AioAttempt:
+def _attempt(method: direct_aio.AioMethod, request: bytes) -> direct_aio.AioAttempt:
     return method(request, timeout=10, metadata=(), credentials=None, wait_for_ready=None, compression=None)
 
 
@@ -32,8 +33,8 @@ async def test_a_batch_is_told_at_once_on_the_loop_and_through_it_from_another_t
     async with grpc.aio.insecure_channel(backends[0].target) as channel:
         method = _method(channel)
         call = method._channel.call(method._method, None, None, None, *method._handle)
-        sending, receiving = internals._unary_ops(b"x", (), 0)
-        batch = internals._Batch(call, sending + receiving, loop, True)
+        sending, receiving = internals.unary_ops(b"x", (), 0)
+        batch = batches._Batch(call, sending + receiving, loop, True)
         told = loop.create_future()
         batch.done = lambda: told.set_result(threading.get_ident())
         assert await asyncio.wait_for(told, 10) == threading.get_ident()
@@ -111,8 +112,8 @@ def test_a_batch_whose_loop_closed_completes_into_nothing(backends):
         channel = grpc.aio.insecure_channel(backend.target)
         method = _method(channel)
         call = method._channel.call(method._method, None, None, None, *method._handle)
-        sending, receiving = internals._unary_ops(b"x", (), 0)
-        batch = internals._Batch(call, sending + receiving, asyncio.get_running_loop(), True)
+        sending, receiving = internals.unary_ops(b"x", (), 0)
+        batch = batches._Batch(call, sending + receiving, asyncio.get_running_loop(), True)
         told = []
         batch.done = lambda: told.append(1)
         await asyncio.to_thread(backend.wait_for, lambda: len(backend.attempts_of(UNARY)) == 1)
@@ -136,11 +137,11 @@ def test_a_batch_whose_loop_closed_completes_into_nothing(backends):
     del channel
 
 
-def _batch(loop: asyncio.AbstractEventLoop, channel: grpc.aio.Channel) -> internals._Batch:
+def _batch(loop: asyncio.AbstractEventLoop, channel: grpc.aio.Channel) -> batches._Batch:
     method = _method(channel)
     call = method._channel.call(method._method, None, None, None, *method._handle)
-    sending, receiving = internals._unary_ops(b"x", (), 0)
-    return internals._Batch(call, sending + receiving, loop, True)
+    sending, receiving = internals.unary_ops(b"x", (), 0)
+    return batches._Batch(call, sending + receiving, loop, True)
 
 
 _SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="none")
@@ -154,7 +155,7 @@ async def test_a_task_woken_by_a_batch_runs_as_that_batch_is_handled_in_its_own_
     async with grpc.aio.insecure_channel(backends[0].target) as channel:
         batch = _batch(loop, channel)
         for how in ("from a loop callback", "inside a task", "not in a batch"):
-            waiter = internals.EndWaiter(loop)
+            waiter = batches.EndWaiter(loop)
             steps: list = []
             mine: list = []  # the task
 
@@ -193,7 +194,7 @@ async def test_a_task_woken_by_a_batch_runs_as_that_batch_is_handled_in_its_own_
 
 async def test_a_waiter_cancelled_raises_in_its_task_as_a_future_does(backends):
     loop = asyncio.get_running_loop()
-    waiter = internals.EndWaiter(loop)
+    waiter = batches.EndWaiter(loop)
 
     async def awaiting():
         await waiter
@@ -208,7 +209,7 @@ async def test_a_waiter_cancelled_raises_in_its_task_as_a_future_does(backends):
         waiter.result()
     with pytest.raises(asyncio.InvalidStateError):
         waiter.set_result(None)
-    pending = internals.EndWaiter(loop)
+    pending = batches.EndWaiter(loop)
     with pytest.raises(asyncio.InvalidStateError):
         pending.result()
     called = loop.create_future()

@@ -76,4 +76,4 @@ def test_forcing_the_direct_transport_where_its_check_fails_raises_at_import(tmp
 def test_the_direct_transport_where_its_check_passes(tmp_path):
     done = _run(_REPORT, {"GRPC_RETRY_TRANSPORT": "direct"}, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert ast.literal_eval(done.stdout) == ("direct", "grpc_retry._grpc_internals", [])
+    assert ast.literal_eval(done.stdout) == ("direct", "grpc_retry._transport.direct", [])
