@@ -3,7 +3,7 @@
 # (cimported) are constructed and run without lookups by name.
 
 from grpc_retry._method cimport Method
-from grpc_retry.sync._call cimport BlockingCall
+from grpc_retry.sync._blocking cimport BlockingCall
 from grpc_retry.sync._hedged cimport HedgedBlockingCall
 from grpc_retry.sync._request_stream cimport BlockingStreamCall
 

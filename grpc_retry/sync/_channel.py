@@ -18,7 +18,8 @@ from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._transport import transport as internals
-from grpc_retry.sync._call import BlockingCall, Call, StreamingCall
+from grpc_retry.sync._blocking import BlockingCall
+from grpc_retry.sync._call import Call, StreamingCall
 from grpc_retry.sync._hedged import HedgedBlockingCall
 from grpc_retry.sync._request_stream import BlockingStreamCall
 from grpc_retry.sync._status import local_error

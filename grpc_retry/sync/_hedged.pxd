@@ -6,7 +6,7 @@ cimport cython
 from grpc_retry._grpc_internals cimport AttemptState, sync_response
 from grpc_retry._transport.direct cimport SyncHeadersFirst, SyncHeadersFirstAttempt
 from grpc_retry._timer cimport TimerHandle, Timers
-from grpc_retry.sync._call cimport _Attempts
+from grpc_retry.sync._attempts cimport _Attempts
 
 
 cdef class HedgedBlockingCall(_Attempts):

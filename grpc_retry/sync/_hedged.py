@@ -7,7 +7,7 @@ were it reported on grpcio's spin thread, waits for it) and ends the call, as a 
 timer (the hedging delay) is the process's timer thread's, in the method's lane (_timer.py). One lock, taken once
 per event, is all the call shares. The moment
 the call needs more — the timer fires with the attempt out (a hedge), the attempt ends and another must follow,
-no subchannel can take it — the call is handed to a non-blocking Call (sync/_call.py), with the machine, the
+no subchannel can take it — the call is handed to a non-blocking Call (sync/_nonblocking.py), with the machine, the
 attempt out and what the machine has just decided; the caller then waits on that Call, as a blocking call on it
 would, and the attempt's later events go to it.
 """
@@ -26,7 +26,8 @@ from grpc_retry._grpc_internals import sync_response
 from grpc_retry._method import EARLY_HEADERS
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
-from grpc_retry.sync._call import HEADERS_GRACE, Call, _Attempts
+from grpc_retry.sync._attempts import HEADERS_GRACE, _Attempts
+from grpc_retry.sync._call import Call
 from grpc_retry.sync._status import FinishedCall
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 # Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd.
 
-from grpc_retry.sync._call cimport _Attempts
+from grpc_retry.sync._attempts cimport _Attempts
 
 
 cdef class BlockingStreamCall(_Attempts):

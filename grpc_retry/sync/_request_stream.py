@@ -6,7 +6,7 @@ machine its status, and, for each attempt, a thread sending the attempt's reques
 kept for the next attempt, where grpcio starts a thread per call) — here, what the machine writes to that
 attempt, the application's next message pulled by that thread itself once the attempt has sent all it was
 given. Both decide under the call's one lock and act outside it (an attempt's cancel); only
-the caller's thread starts attempts and exports telemetry. The non-blocking call (sync/_call.py) does the same
+the caller's thread starts attempts and exports telemetry. The non-blocking call (sync/_nonblocking.py) does the same
 with a queue of actions, for any shape and any thread; this is its one-attempt-at-a-time, two-thread case, at a
 fraction of its cost per call.
 """
@@ -24,7 +24,7 @@ from grpc_retry._core import CANCEL, DELIVER, END, HALF_CLOSE, START, TIMER, UNW
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
 from grpc_retry._transport import transport as internals
 from grpc_retry._waiters import Waiters
-from grpc_retry.sync._call import _Attempts, _requests_of
+from grpc_retry.sync._attempts import _Attempts, requests_of
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action
@@ -45,7 +45,7 @@ class BlockingStreamCall(_Attempts):
         self._init_attempts(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
         self._lock = threading.Lock()
         self._changed = Waiters(self._lock)  # an attempt's request iterator waits for a message another pulls
-        self._requests = _requests_of(request_iterator)
+        self._requests = requests_of(request_iterator)
         self._serializer = serializer
         self._pulling = False    # a thread is in the application's iterator
         self._exhausted = False  # ... which has ended (or failed)
