@@ -17,7 +17,7 @@ from decimal import ROUND_DOWN, Decimal
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Tuple
 
-from grpc_retry._json import JsonReader, cut, decode
+from grpc_retry._json import JsonReader, cut, decode, listing
 from grpc_retry._json import show as _show
 
 log = logging.getLogger("grpc_retry")
@@ -52,7 +52,6 @@ _STATUS_CODES = {name: code for code, name in enumerate(STATUS_CODE_NAMES)}
 # proto3 JSON: seconds, up to 9 fractional digits, "s" (and ".01s", which grpc-go's published example writes)
 _UINT32_MAX = 2**32 - 1
 _MILLI = Decimal("0.001")
-_LISTED = 20           # at most this many problems are listed in a message; the rest are counted
 
 
 class ServiceConfigError(ValueError):
@@ -62,7 +61,7 @@ class ServiceConfigError(ValueError):
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = list(errors)
-        super().__init__("invalid service config: " + _listing(self.errors))
+        super().__init__("invalid service config: " + listing(self.errors))
 
 
 class ServiceConfigWarning(UserWarning):
@@ -70,9 +69,6 @@ class ServiceConfigWarning(UserWarning):
     ignores them: a misspelt one changes behaviour silently), names that can never match a method."""
 
 
-def _listing(problems: list[str]) -> str:
-    shown = "; ".join(problems[:_LISTED])
-    return shown if len(problems) <= _LISTED else f"{shown}; and {len(problems) - _LISTED} more"
 
 
 @dataclass(frozen=True)

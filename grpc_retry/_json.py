@@ -16,6 +16,7 @@ _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # proto
 _MAX_DIGITS = 400      # a JSON number longer than this is nobody's config value
 _MAX_EXPONENT = 10000  # nor one whose exponent is larger than this
 SHOWN = 60             # at most this much of a value is echoed in a message
+LISTED = 20            # at most this many problems are listed in a message; the rest are counted
 _T = TypeVar("_T")
 _OUT_OF_RANGE = object()  # a numeric string too long or too large (its error recorded)
 
@@ -28,6 +29,12 @@ def show(value: Any) -> str:
 
 def cut(text: str) -> str:
     return text if len(text) <= 2 * SHOWN else text[:2 * SHOWN - 3] + "..."
+
+
+def listing(problems: list[str]) -> str:
+    """Problems as one message lists them: the first LISTED, and how many more."""
+    shown = "; ".join(problems[:LISTED])
+    return shown if len(problems) <= LISTED else f"{shown}; and {len(problems) - LISTED} more"
 
 
 def decode(text: str) -> Any:
