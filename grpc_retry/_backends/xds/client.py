@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import grpc
 
 from grpc_retry._backends.xds.bootstrap import Node, XdsServer
-from grpc_retry._backends.xds.resources import TYPES, ResourceError, ResourceType
+from grpc_retry._backends.xds.errors import ResourceError
+from grpc_retry._backends.xds.resources import TYPES, ResourceType
 from grpc_retry._timer import TIMERS
 
 log = logging.getLogger("grpc_retry")

@@ -1,0 +1,206 @@
+"""Cluster (CDS) resources, checked as gRPC's core checks them: an EDS cluster (endpoints from ADS), a LOGICAL_DNS
+one or an aggregate of others; its load-balancing policy, circuit breaker (gRFC A32: `max_requests` of the first
+DEFAULT threshold, 1024 unless set) and outlier detection (gRFC A50: on only when the field is present)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2
+
+from grpc_retry._backends.xds.errors import Errors, ResourceError
+from grpc_retry._backends.xds.routes import duration
+
+EDS, LOGICAL_DNS, AGGREGATE = "EDS", "LOGICAL_DNS", "AGGREGATE"
+_AGGREGATE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
+_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+_POLICIES = {"envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin": "round_robin",
+             "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash": "ring_hash",
+             "envoy.extensions.load_balancing_policies.wrr_locality.v3.WrrLocality": "wrr_locality",
+             "envoy.extensions.load_balancing_policies.pick_first.v3.PickFirst": "pick_first",
+             "envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3."
+             "ClientSideWeightedRoundRobin": "weighted_round_robin"}
+DEFAULT_MAX_REQUESTS = 1024
+
+
+@dataclass(frozen=True)
+class OutlierDetection:
+    """A50's fields, with gRPC's defaults; an ejection kind is on when its enforcement percentage is set above 0."""
+
+    interval: float = 10.0
+    base_ejection_time: float = 30.0
+    max_ejection_time: float = 30.0
+    max_ejection_percent: int = 10
+    success_rate: Optional[Tuple[int, int, int, int]] = None  # stdev factor, enforcement %, min hosts, volume
+    failure_percentage: Optional[Tuple[int, int, int, int]] = None  # threshold, enforcement %, min hosts, volume
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    kind: str  # EDS, LOGICAL_DNS or AGGREGATE
+    eds_name: str  # EDS: the ClusterLoadAssignment's name ("": the cluster's)
+    dns_target: str  # LOGICAL_DNS: host:port
+    children: Tuple[str, ...]  # AGGREGATE: the clusters, in priority order
+    lb_policy: str
+    max_requests: int
+    outlier_detection: Optional[OutlierDetection]
+    tls: bool  # its transport socket asks for TLS
+
+
+def decode(data: bytes) -> Tuple[str, Cluster]:
+    try:
+        cluster = cluster_pb2.Cluster.FromString(data)
+    except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
+        raise ResourceError(None, ["Can't parse Cluster resource."]) from None
+    errors = Errors("Cluster", cluster.name)
+    kind, eds_name, dns_target, children = _discovery(cluster, errors)
+    policy = _lb_policy(cluster, errors)
+    max_requests = DEFAULT_MAX_REQUESTS
+    for threshold in cluster.circuit_breakers.thresholds:
+        if threshold.priority == base_pb2.DEFAULT:
+            if threshold.HasField("max_requests"):
+                max_requests = threshold.max_requests.value
+            break
+    detection = _outlier_detection(cluster.outlier_detection, errors) if cluster.HasField("outlier_detection") \
+        else None
+    tls = False
+    if cluster.HasField("transport_socket"):
+        kind_name = cluster.transport_socket.typed_config.type_url.rsplit("/", 1)[-1]
+        if kind_name != _TLS:
+            errors.add(f"transport_socket.typed_config.value[{kind_name}].type_url", "unsupported transport socket "
+                                                                                     "type")
+        tls = True
+    if cluster.HasField("lrs_server") and not cluster.lrs_server.HasField("self"):
+        errors.add("lrs_server", "ConfigSource is not self")
+    errors.raise_if_any()
+    return cluster.name, Cluster(cluster.name, kind, eds_name, dns_target, children, policy, max_requests, detection,
+                                 tls)
+
+
+def _discovery(cluster: Any, errors: Errors) -> Tuple[str, str, str, Tuple[str, ...]]:
+    if cluster.HasField("cluster_type"):
+        if not cluster.cluster_type.HasField("typed_config"):
+            errors.add("cluster_type.typed_config", "field not present")
+            return AGGREGATE, "", "", ()
+        kind = cluster.cluster_type.typed_config.type_url.rsplit("/", 1)[-1]
+        if kind != _AGGREGATE:
+            errors.add("cluster_type.typed_config.type_url", f"unknown cluster_type extension: {kind}")
+            return AGGREGATE, "", "", ()
+        from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+
+        config = aggregate_pb2.ClusterConfig()
+        if not cluster.cluster_type.typed_config.Unpack(config):
+            errors.add(f"cluster_type.typed_config.value[{kind}]", "can't parse aggregate cluster config")
+            return AGGREGATE, "", "", ()
+        if not config.clusters:
+            errors.add(f"cluster_type.typed_config.value[{kind}].clusters", "must be non-empty")
+        return AGGREGATE, "", "", tuple(config.clusters)
+    if cluster.type == cluster_pb2.Cluster.EDS:
+        if not cluster.HasField("eds_cluster_config") or not cluster.eds_cluster_config.HasField("eds_config"):
+            errors.add("eds_cluster_config.eds_config" if cluster.HasField("eds_cluster_config")
+                       else "eds_cluster_config", "field not present")
+        else:
+            source = cluster.eds_cluster_config.eds_config
+            if not (source.HasField("ads") or source.HasField("self")):
+                errors.add("eds_cluster_config.eds_config", "ConfigSource is not ads or self")
+        service = cluster.eds_cluster_config.service_name
+        if not service and cluster.name.startswith("xdstp:"):
+            errors.add("eds_cluster_config.service_name", "must be set if Cluster resource has an xdstp name")
+        return EDS, service, "", ()
+    if cluster.type == cluster_pb2.Cluster.LOGICAL_DNS:
+        return LOGICAL_DNS, "", _dns_target(cluster, errors), ()
+    errors.add("type", "unknown discovery type")
+    return EDS, "", "", ()
+
+
+def _dns_target(cluster: Any, errors: Errors) -> str:
+    if not cluster.HasField("load_assignment"):
+        errors.add("load_assignment", "field not present for LOGICAL_DNS cluster")
+        return ""
+    localities = cluster.load_assignment.endpoints
+    if len(localities) != 1:
+        errors.add("load_assignment", f"must contain exactly one locality for LOGICAL_DNS cluster, found "
+                                      f"{len(localities)}")
+        return ""
+    endpoints = localities[0].lb_endpoints
+    if len(endpoints) != 1:
+        errors.add("load_assignment.endpoints[0].lb_endpoints", f"must contain exactly one endpoint for LOGICAL_DNS "
+                                                                f"cluster, found {len(endpoints)}")
+        return ""
+    at = "load_assignment.endpoints[0].lb_endpoints[0].endpoint"
+    endpoint = endpoints[0]
+    if not endpoint.HasField("endpoint") or not endpoint.endpoint.HasField("address") or \
+            not endpoint.endpoint.address.HasField("socket_address"):
+        errors.add(at, "field not present")
+        return ""
+    socket = endpoint.endpoint.address.socket_address
+    if socket.resolver_name:
+        errors.add(f"{at}.address.socket_address.resolver_name", "LOGICAL_DNS clusters must NOT have a custom "
+                                                                 "resolver name set")
+    if not socket.address:
+        errors.add(f"{at}.address.socket_address.address", "field not present")
+    if socket.WhichOneof("port_specifier") != "port_value":
+        errors.add(f"{at}.address.socket_address.port_value", "field not present")
+    host = f"[{socket.address}]" if ":" in socket.address else socket.address
+    return f"{host}:{socket.port_value}"
+
+
+def _lb_policy(cluster: Any, errors: Errors) -> str:
+    if cluster.HasField("load_balancing_policy"):
+        for entry in cluster.load_balancing_policy.policies:
+            name = _POLICIES.get(entry.typed_extension_config.typed_config.type_url.rsplit("/", 1)[-1])
+            if name is not None:
+                return name
+        errors.add("load_balancing_policy", "no supported load balancing policy config found")
+        return "round_robin"
+    if cluster.lb_policy == cluster_pb2.Cluster.ROUND_ROBIN:
+        return "round_robin"
+    if cluster.lb_policy == cluster_pb2.Cluster.RING_HASH:
+        ring = cluster.ring_hash_lb_config
+        low = ring.minimum_ring_size.value if ring.HasField("minimum_ring_size") else 1024
+        high = ring.maximum_ring_size.value if ring.HasField("maximum_ring_size") else 8388608
+        for field, value in (("minimum_ring_size", low), ("maximum_ring_size", high)):
+            if not 1 <= value <= 8388608:
+                errors.add(f"ring_hash_lb_config.{field}", "must be in the range of 1 to 8388608")
+        if ring.HasField("minimum_ring_size") and low > high:
+            errors.add("ring_hash_lb_config.minimum_ring_size", "cannot be greater than maximum_ring_size")
+        if ring.hash_function != cluster_pb2.Cluster.RingHashLbConfig.XX_HASH:
+            errors.add("ring_hash_lb_config.hash_function", "invalid hash function")
+        return "ring_hash"
+    errors.add("lb_policy", "LB policy is not supported")
+    return "round_robin"
+
+
+def _outlier_detection(detection: Any, errors: Errors) -> OutlierDetection:
+    times = {}
+    for field, default in (("interval", 10.0), ("base_ejection_time", 30.0), ("max_ejection_time", 30.0)):
+        times[field] = default
+        if detection.HasField(field):
+            times[field] = duration(getattr(detection, field), f"outlier_detection.{field}", errors) or 0.0
+    percent = detection.max_ejection_percent.value if detection.HasField("max_ejection_percent") else 10
+    if percent > 100:
+        errors.add("outlier_detection.max_ejection_percent", "value must be <= 100")
+
+    def wrapped(field: str, default: int) -> int:
+        return getattr(detection, field).value if detection.HasField(field) else default
+
+    success = failure = None
+    enforcing = wrapped("enforcing_success_rate", 0)
+    if enforcing > 100:
+        errors.add("outlier_detection.enforcing_success_rate", "value must be <= 100")
+    if enforcing:
+        success = (wrapped("success_rate_stdev_factor", 1900), enforcing, wrapped("success_rate_minimum_hosts", 5),
+                   wrapped("success_rate_request_volume", 100))
+    enforcing = wrapped("enforcing_failure_percentage", 0)
+    if enforcing > 100:
+        errors.add("outlier_detection.enforcing_failure_percentage", "value must be <= 100")
+        if wrapped("failure_percentage_threshold", 85) > 100:
+            errors.add("outlier_detection.failure_percentage_threshold", "value must be <= 100")
+    if enforcing:
+        failure = (wrapped("failure_percentage_threshold", 85), enforcing,
+                   wrapped("failure_percentage_minimum_hosts", 5), wrapped("failure_percentage_request_volume", 50))
+    return OutlierDetection(times["interval"], times["base_ejection_time"], times["max_ejection_time"], percent,
+                            success, failure)

@@ -1,0 +1,39 @@
+"""What a rejected xDS resource says: every problem found, by field path, as gRPC's core collects them (sorted,
+each field's problems once)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+
+class ResourceError(ValueError):
+    """A resource gRPC's core would reject: `name` (None where it cannot be told) and every problem found."""
+
+    def __init__(self, name: Optional[str], errors: List[str]) -> None:
+        self.name = name
+        self.errors = errors
+        super().__init__("; ".join(errors))
+
+
+class Errors:
+    """The problems of one resource, as they are found."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind, self.name = kind, name
+        self._by_field: Dict[str, List[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        found = self._by_field.setdefault(field, [])
+        if message not in found:
+            found.append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_field)
+
+    def count(self) -> int:
+        return sum(len(messages) for messages in self._by_field.values())
+
+    def raise_if_any(self) -> None:
+        if self._by_field:
+            raise ResourceError(self.name, [f"{field}: {message}" for field, messages in sorted(self._by_field.items())
+                                            for message in sorted(messages)])
