@@ -4,6 +4,7 @@ from grpc_retry import _compiled
 
 _compiled.install()  # first: the compiled modules come from one library (grpc_retry/_compiled.py)
 
+from grpc_retry._backends.xds.status import XdsResource, xds_status  # noqa: E402
 from grpc_retry._config import ServiceConfigError, ServiceConfigWarning  # noqa: E402
 from grpc_retry._install import install, uninstall  # noqa: E402
 from grpc_retry._stats import MethodStats, ThrottleState  # noqa: E402
@@ -11,7 +12,7 @@ from grpc_retry._telemetry import trace_from_environment  # noqa: E402
 from grpc_retry._version import __version__  # noqa: E402
 from grpc_retry.sync import Channel, insecure_channel, secure_channel  # noqa: E402
 
-__all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning", "ThrottleState", "__version__",
-           "insecure_channel", "install", "secure_channel", "uninstall"]
+__all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning", "ThrottleState", "XdsResource",
+           "__version__", "insecure_channel", "install", "secure_channel", "uninstall", "xds_status"]
 
 trace_from_environment()  # GRPC_RETRY_TRACE=1: the trace log on stderr

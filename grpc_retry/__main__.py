@@ -40,6 +40,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.add_argument("--slow-share", type=float, default=0.1,
                       help="share of calls the slow backend holds for 200 ms (default 0.1)")
     demo.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
+    status = commands.add_parser(
+        "xds-status", help="follow xds: targets and print every resource their xDS servers sent",
+        description="Read the xDS bootstrap as grpcio does (GRPC_XDS_BOOTSTRAP, else GRPC_XDS_BOOTSTRAP_CONFIG), "
+                    "follow each target from its Listener to its endpoints, and print every resource: type, "
+                    "name, status (requested, acked, nacked with the error, does not exist), version and last "
+                    "update. Exit status: 0 every resource acked, 1 otherwise, 2 bad input. Needs: "
+                    'pip install "grpc_retry[xds]".')
+    status.add_argument("targets", nargs="+", metavar="TARGET", help="an xds: target, e.g. xds:///my-service")
+    status.add_argument("--wait", type=float, default=5.0, metavar="SECONDS",
+                        help="how long to wait for each target's whole config (default 5)")
+    status.add_argument("--json", action="store_true", help="print the resources as JSON, for machines")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse's own usage errors exit 2
@@ -60,6 +71,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return demo_main(args.calls, args.concurrency, args.sync, args.plot, args.fail_share, args.slow_share,
                          args.json)
+    if args.command == "xds-status":
+        from grpc_retry._backends.xds.status import main as xds_status_main
+
+        return xds_status_main(args.targets, args.wait, args.json)
     parser.print_help()
     return 2
 

@@ -1,0 +1,91 @@
+"""`python -m grpc_retry xds-status` follows a target from the environment's bootstrap and prints every resource
+with its status; `grpc_retry.xds_status()` is what the process holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+
+pytest.importorskip("envoy")
+
+from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
+from support.control_plane import LISTENER, ControlPlane  # noqa: E402
+from support.xds_resources import cluster, endpoints, listener, route_config  # noqa: E402
+
+import grpc_retry  # noqa: E402
+from grpc_retry._backends.xds import resources  # noqa: E402
+from grpc_retry._backends.xds.bootstrap import parse  # noqa: E402
+from grpc_retry._backends.xds.client import Watcher, XdsClient  # noqa: E402
+
+
+@pytest.fixture
+def plane() -> Iterator[ControlPlane]:
+    control_plane = ControlPlane()
+    for resource in (listener(), route_config(), cluster(), endpoints()):
+        control_plane.set(resource)
+    yield control_plane
+    control_plane.close()
+
+
+def status(env: Dict[str, str], *args: str) -> Tuple[int, Any, str]:
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS_BOOTSTRAP")}
+    run_env.update(env)
+    done = subprocess.run([sys.executable, "-m", "grpc_retry", "xds-status", *args], capture_output=True, text=True,
+                          env=run_env, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_every_resource_of_a_target_and_its_status(plane: ControlPlane) -> None:
+    code, out, _ = status({"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}, "xds:///svc", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["targets"] == {"xds:///svc": "ok"}
+    assert {(r["type"], r["name"], r["status"], r["version"]) for r in report["resources"]} == {
+        ("Listener", "svc", "acked", "1"), ("RouteConfiguration", "route-1", "acked", "1"),
+        ("Cluster", "c1", "acked", "1"), ("ClusterLoadAssignment", "c1", "acked", "1")}
+    code, out, _ = status({"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}, "xds:///svc")
+    assert code == 0 and "ClusterLoadAssignment" in out and "acked" in out
+
+
+def test_a_rejected_resource_is_shown_with_its_error(plane: ControlPlane) -> None:
+    plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.LEAST_REQUEST)))
+    code, out, _ = status({"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}, "xds:///svc", "--json",
+                          "--wait", "2")
+    assert code == 1
+    (rejected,) = [r for r in json.loads(out)["resources"] if r["type"] == "Cluster"]
+    assert rejected["status"] == "nacked" and "lb_policy: LB policy is not supported" in rejected["error"]
+
+
+def test_bad_input_exits_2(plane: ControlPlane, tmp_path: Any) -> None:
+    code, _, err = status({}, "xds:///svc")
+    assert code == 2 and "neither GRPC_XDS_BOOTSTRAP" in err
+    code, _, err = status({"GRPC_XDS_BOOTSTRAP_CONFIG": "{}"}, "xds:///svc")
+    assert code == 2 and "xds_servers: is required" in err
+    code, _, err = status({"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}, "dns:///svc")
+    assert code == 2 and "not an xds: target" in err
+    code, _, err = status({"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}, "xds://nowhere/svc")
+    assert code == 2 and "no authority 'nowhere'" in err
+
+
+def test_the_function_shows_what_the_process_holds(plane: ControlPlane) -> None:
+    done = subprocess.run([sys.executable, "-c", "import grpc_retry; print(grpc_retry.xds_status())"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]"  # no xDS client made: nothing held, no envoy protos imported
+    bootstrap = parse(plane.bootstrap("in-process"))
+    client = XdsClient.acquire(bootstrap.xds_servers[0], bootstrap.node)
+    watcher = Watcher()
+    try:
+        client.watch(resources.LISTENER, "svc", watcher)
+        plane.wait_answer("in-process", LISTENER, 1)
+        (held,) = [r for r in grpc_retry.xds_status() if r.server == plane.target]
+        assert (held.type, held.name, held.status, held.version, held.error) == ("Listener", "svc", "acked", "1", "")
+        assert held.updated > 0
+    finally:
+        client.unwatch(resources.LISTENER, "svc", watcher)
+        client.release()
+    assert not [r for r in grpc_retry.xds_status() if r.server == plane.target]
