@@ -15,8 +15,10 @@ from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 
 from grpc_retry._backends.xds.errors import Errors, ResourceError
+from grpc_retry._config import RetryPolicy as ServiceRetryPolicy
 
-RETRY_CODES = ("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable")
+# The retry_on conditions gRPC honours (A44), and the status codes they name
+RETRY_CODES = {"cancelled": 1, "deadline-exceeded": 4, "internal": 13, "resource-exhausted": 8, "unavailable": 14}
 _PER_MILLION = {percent_pb2.FractionalPercent.HUNDRED: 10000, percent_pb2.FractionalPercent.TEN_THOUSAND: 100,
                 percent_pb2.FractionalPercent.MILLION: 1}
 _UINT32 = 2 ** 32 - 1
@@ -32,6 +34,20 @@ class RetryPolicy:
     max_attempts: int
     initial_backoff: float
     max_backoff: float
+
+    def retry_policy(self, max_attempts_cap: int) -> Optional[ServiceRetryPolicy]:
+        """As a service config's retryPolicy (A44): None when it names no code gRPC retries (no retries); the
+        attempts under the client's cap, backoff multiplier 2. ValueError for a zero backoff, which gRPC's
+        resolver refuses as well."""
+        if not self.codes:
+            return None
+        if self.initial_backoff <= 0 or self.max_backoff <= 0:
+            raise ValueError(f"retry_back_off: intervals must be greater than 0 (base {self.initial_backoff} s, "
+                             f"max {self.max_backoff} s)")
+        return ServiceRetryPolicy(max_attempts=min(self.max_attempts, max_attempts_cap),
+                                  initial_backoff=self.initial_backoff, max_backoff=self.max_backoff,
+                                  backoff_multiplier=2.0,
+                                  retryable_status_codes=frozenset(RETRY_CODES[c] for c in self.codes))
 
 
 @dataclass(frozen=True)
