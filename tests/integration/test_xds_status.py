@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict, Iterator, Tuple
 
 import pytest
@@ -22,6 +23,8 @@ from grpc_retry._backends.xds import resources  # noqa: E402
 from grpc_retry._backends.xds.bootstrap import parse  # noqa: E402
 from grpc_retry._backends.xds.client import Watcher, XdsClient  # noqa: E402
 
+_AWAY = tempfile.mkdtemp(prefix="grpc_retry-xds-status-")  # an empty directory to run the command in
+
 
 @pytest.fixture
 def plane() -> Iterator[ControlPlane]:
@@ -33,10 +36,12 @@ def plane() -> Iterator[ControlPlane]:
 
 
 def status(env: Dict[str, str], *args: str) -> Tuple[int, Any, str]:
+    """The command's exit status, output and errors (run away from the source tree, which would shadow the
+    installed, compiled package)."""
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS_BOOTSTRAP")}
     run_env.update(env)
     done = subprocess.run([sys.executable, "-m", "grpc_retry", "xds-status", *args], capture_output=True, text=True,
-                          env=run_env, timeout=60)
+                          env=run_env, timeout=60, cwd=_AWAY)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -74,7 +79,7 @@ def test_bad_input_exits_2(plane: ControlPlane, tmp_path: Any) -> None:
 
 def test_the_function_shows_what_the_process_holds(plane: ControlPlane) -> None:
     done = subprocess.run([sys.executable, "-c", "import grpc_retry; print(grpc_retry.xds_status())"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, cwd=_AWAY)
     assert done.stdout.strip() == "[]"  # no xDS client made: nothing held, no envoy protos imported
     bootstrap = parse(plane.bootstrap("in-process"))
     client = XdsClient.acquire(bootstrap.xds_servers[0], bootstrap.node)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,7 @@ print("ok")
 """
 
 
-def test_grpcio_status_api_core_and_opentelemetry_work_beside_the_extra() -> None:
-    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
+def test_grpcio_status_api_core_and_opentelemetry_work_beside_the_extra(tmp_path: Path) -> None:
+    # (Run away from the source tree, which would shadow the installed, compiled package.)
+    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
