@@ -86,18 +86,21 @@ class ConfigWatcher:
             cluster = self._clusters.pop(name)
             self._unwatch(resources.CLUSTER, name)
             if cluster is not None:
-                self._drop_endpoints(cluster.eds_name or name)
+                self._drop_endpoints(_eds_name(name, cluster))
         for name in wanted - set(self._clusters):
             self._clusters[name] = None
             self._watch(resources.CLUSTER, name)
         for name, cluster in self._clusters.items():
-            if cluster is not None and (cluster.eds_name or name) not in self._endpoints:
-                self._endpoints[cluster.eds_name or name] = None
-                self._watch(resources.CLUSTER_LOAD_ASSIGNMENT, cluster.eds_name or name)
+            eds_name = _eds_name(name, cluster)
+            if eds_name is not None and eds_name not in self._endpoints:
+                self._endpoints[eds_name] = None
+                self._watch(resources.CLUSTER_LOAD_ASSIGNMENT, eds_name)
         self._complete(route, host)
 
-    def _drop_endpoints(self, eds_name: str) -> None:
-        if any(c is not None and (c.eds_name or n) == eds_name for n, c in self._clusters.items()):
+    def _drop_endpoints(self, eds_name: Optional[str]) -> None:
+        if eds_name is None:
+            return
+        if any(_eds_name(n, c) == eds_name for n, c in self._clusters.items()):
             return  # another cluster still uses them
         self._endpoints.pop(eds_name, None)
         self._unwatch(resources.CLUSTER_LOAD_ASSIGNMENT, eds_name)
@@ -110,11 +113,14 @@ class ConfigWatcher:
             return
         if any(c is None and (resources.CLUSTER.name, n) not in self._missing for n, c in self._clusters.items()):
             return  # a cluster has not come yet
-        endpoints = {}
+        endpoints: Dict[str, Any] = {}
         for name, cluster in self._clusters.items():
             if cluster is None:
                 continue  # it does not exist: calls routed to it fail
-            eds_name = cluster.eds_name or name
+            eds_name = _eds_name(name, cluster)
+            if eds_name is None:  # LOGICAL_DNS or aggregate: no ClusterLoadAssignment
+                endpoints[name] = None
+                continue
             assignment = self._endpoints.get(eds_name)
             if assignment is None and (resources.CLUSTER_LOAD_ASSIGNMENT.name, eds_name) not in self._missing:
                 return  # its endpoints have not come yet
@@ -183,7 +189,7 @@ class ConfigWatcher:
                 cluster = self._clusters.get(name)
                 self._clusters[name] = None
                 if cluster is not None:
-                    self._drop_endpoints(cluster.eds_name or name)
+                    self._drop_endpoints(_eds_name(name, cluster))
                 self._follow()
             else:
                 self._endpoints[name] = None
@@ -193,6 +199,13 @@ class ConfigWatcher:
         with self._lock:
             self._tell_error(f"{kind.name} {name!r}: {error}")
         self._flush()
+
+
+def _eds_name(name: str, cluster: Any) -> Optional[str]:
+    """The ClusterLoadAssignment an EDS cluster's endpoints come from (None: none, or not an EDS cluster)."""
+    if cluster is None or cluster.kind != "EDS":
+        return None
+    return cluster.eds_name or name
 
 
 class _Part(Watcher):
