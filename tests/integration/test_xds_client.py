@@ -204,3 +204,35 @@ def test_an_unreachable_server_is_an_error_for_its_watchers() -> None:
         assert event[:2] == ("error", "svc") and "127.0.0.1:1" in event[2]
     finally:
         client.close()
+
+
+def test_a_management_server_behind_tls(tmp_path: Any) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    plane = ControlPlane(tls=(key.read_bytes(), cert.read_bytes()))
+    try:
+        version = plane.set(listener("svc"))
+        trusted = parse(plane.bootstrap("tls", creds={"type": "tls", "config": {"ca_certificate_file": str(cert)}}))
+        client = XdsClient(trusted.xds_servers[0], trusted.node)
+        watcher = Recorder()
+        try:
+            client.watch(resources.LISTENER, "svc", watcher)
+            assert watcher.wait(1)[0][:2] == ("resource", "svc")
+            assert not plane.wait_answer("tls", LISTENER, version).nack
+        finally:
+            client.close()
+        untrusted = parse(plane.bootstrap("other", creds={"type": "tls"}))  # the system's roots: not this one's
+        client = XdsClient(untrusted.xds_servers[0], untrusted.node)
+        watcher = Recorder()
+        try:
+            client.watch(resources.LISTENER, "svc", watcher)
+            assert watcher.wait(1)[0][:2] == ("error", "svc")
+        finally:
+            client.close()
+        missing = parse(plane.bootstrap("x", creds={"type": "tls", "config": {"ca_certificate_file": "/nope.pem"}}))
+        with pytest.raises(ValueError, match="ca_certificate_file"):
+            XdsClient(missing.xds_servers[0], missing.node)
+    finally:
+        plane.close()

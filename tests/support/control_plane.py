@@ -41,7 +41,9 @@ class Request:
 
 
 class ControlPlane:
-    def __init__(self) -> None:
+    """`tls`: (private key, certificate) PEM bytes to serve TLS with, as a secure management server does."""
+
+    def __init__(self, tls: Optional[Tuple[bytes, bytes]] = None) -> None:
         self._lock = threading.Condition()
         self._resources: Dict[str, Dict[str, any_pb2.Any]] = {}
         self._versions: Dict[str, int] = {}
@@ -51,16 +53,21 @@ class ControlPlane:
         self.requests: List[Request] = []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        if tls is None:
+            self.port = self._server.add_insecure_port("127.0.0.1:0")
+        else:
+            self.port = self._server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([tls]))
         self._server.start()
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def bootstrap(self, node: str, features: Tuple[str, ...] = (), **extra: Any) -> str:
-        server = {"server_uri": self.target, "channel_creds": [{"type": "insecure"}],
-                  "server_features": list(features)}
+    def bootstrap(self, node: str, features: Tuple[str, ...] = (), creds: Optional[Dict[str, Any]] = None,
+                  **extra: Any) -> str:
+        """A bootstrap naming this server (`creds`: its channel_creds entry; insecure by default)."""
+        server = {"server_uri": self.target if creds is None else f"localhost:{self.port}",
+                  "channel_creds": [creds or {"type": "insecure"}], "server_features": list(features)}
         return json.dumps({"xds_servers": [server], "node": {"id": node}, **extra})
 
     def set(self, message: Any, name: Optional[str] = None) -> int:

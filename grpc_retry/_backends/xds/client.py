@@ -362,10 +362,33 @@ def _run(tell: List[Callable[[], None]]) -> None:
 def _channel_to(server: XdsServer) -> grpc.Channel:
     from grpc_retry._transport import transport
 
-    if server.channel_creds != "insecure":
+    return transport.new_sync_channel(  # type: ignore[no-any-return]
+        server.server_uri, (), _credentials(server), None)
+
+
+def _credentials(server: XdsServer) -> Optional[grpc.ChannelCredentials]:
+    """The channel credentials of the bootstrap's `channel_creds` (insecure, or tls with its files); ValueError
+    for a type grpc_retry's client cannot make, or a file it cannot read."""
+    if server.channel_creds == "insecure":
+        return None
+    if server.channel_creds != "tls":
         raise ValueError(f"xDS server {server.server_uri}: channel_creds {server.channel_creds!r} is not supported "
-                         "by grpc_retry's xDS client (it knows insecure)")
-    return transport.new_sync_channel(server.server_uri, (), None, None)  # type: ignore[no-any-return]
+                         "by grpc_retry's xDS client (it knows insecure and tls)")
+    files: Dict[str, Optional[bytes]] = {}
+    for key in ("ca_certificate_file", "private_key_file", "certificate_file"):
+        path = server.channel_creds_config.get(key)
+        try:
+            if path is None:
+                files[key] = None
+            else:
+                with open(path, "rb") as f:
+                    files[key] = f.read()
+        except OSError as error:
+            raise ValueError(f"xDS server {server.server_uri}: channel_creds tls {key}: {error}") from None
+    # (No ca_certificate_file: the system's roots, as gRPC's tls credentials use. refresh_interval is not
+    # followed: the files are read once, as the channel to the server is made.)
+    return grpc.ssl_channel_credentials(files["ca_certificate_file"], files["private_key_file"],
+                                        files["certificate_file"])
 
 
 def _node_message(node: Node) -> Any:
