@@ -4,7 +4,6 @@ from grpc_retry import _compiled
 
 _compiled.install()  # first: the compiled modules come from one library (grpc_retry/_compiled.py)
 
-from grpc_retry._backends.xds.status import XdsResource, xds_status  # noqa: E402
 from grpc_retry._config import ServiceConfigError, ServiceConfigWarning  # noqa: E402
 from grpc_retry._install import install, uninstall  # noqa: E402
 from grpc_retry._stats import MethodStats, ThrottleState  # noqa: E402
@@ -16,3 +15,7 @@ __all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning
            "__version__", "insecure_channel", "install", "secure_channel", "uninstall", "xds_status"]
 
 trace_from_environment()  # GRPC_RETRY_TRACE=1: the trace log on stderr
+
+# Last: grpc_retry._backends, imported before the channels, would import the portable transport ahead of the sync
+# channel it imports from (a cycle).
+from grpc_retry._backends.xds.status import XdsResource, xds_status  # noqa: E402
