@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 
-from grpc_retry._backends.xds.errors import Errors, ResourceError
+from grpc_retry._backends.xds.errors import Errors, parsed
 from grpc_retry._backends.xds.routes import duration
 
 EDS, LOGICAL_DNS, AGGREGATE = "EDS", "LOGICAL_DNS", "AGGREGATE"
@@ -51,10 +51,7 @@ class Cluster:
 
 
 def decode(data: bytes) -> Tuple[str, Cluster]:
-    try:
-        cluster = cluster_pb2.Cluster.FromString(data)
-    except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
-        raise ResourceError(None, ["Can't parse Cluster resource."]) from None
+    cluster = parsed(cluster_pb2.Cluster, data, "Cluster")
     errors = Errors("Cluster", cluster.name)
     kind, eds_name, dns_target, children = _discovery(cluster, errors)
     policy = _lb_policy(cluster, errors)

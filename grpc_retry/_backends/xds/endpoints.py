@@ -12,7 +12,7 @@ from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.type.v3 import percent_pb2
 
-from grpc_retry._backends.xds.errors import Errors
+from grpc_retry._backends.xds.errors import Errors, parsed
 
 _USED = (health_check_pb2.UNKNOWN, health_check_pb2.HEALTHY, health_check_pb2.DRAINING)
 _PER_MILLION = {percent_pb2.FractionalPercent.HUNDRED: 10000, percent_pb2.FractionalPercent.TEN_THOUSAND: 100,
@@ -45,7 +45,7 @@ class ClusterLoadAssignment:
 
 
 def decode(data: bytes) -> Tuple[str, ClusterLoadAssignment]:
-    assignment = endpoint_pb2.ClusterLoadAssignment.FromString(data)
+    assignment = parsed(endpoint_pb2.ClusterLoadAssignment, data, "ClusterLoadAssignment")
     errors = Errors("ClusterLoadAssignment", assignment.cluster_name)
     entries = assignment.endpoints
     by_priority: Dict[int, List[Locality]] = {}

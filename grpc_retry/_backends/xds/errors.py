@@ -3,7 +3,7 @@ each field's problems once)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 class ResourceError(ValueError):
@@ -37,3 +37,11 @@ class Errors:
         if self._by_field:
             raise ResourceError(self.name, [f"{field}: {message}" for field, messages in sorted(self._by_field.items())
                                             for message in sorted(messages)])
+
+
+def parsed(message_class: Any, data: bytes, kind: str) -> Any:
+    """A resource's message from its bytes; ResourceError, as gRPC words it, if they are not one."""
+    try:
+        return message_class.FromString(data)
+    except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
+        raise ResourceError(None, [f"Can't parse {kind} resource."]) from None

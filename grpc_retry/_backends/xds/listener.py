@@ -12,7 +12,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from grpc_retry._backends.xds import routes
-from grpc_retry._backends.xds.errors import Errors, ResourceError
+from grpc_retry._backends.xds.errors import Errors, ResourceError, parsed
 
 _PREFIX = "type.googleapis.com/"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -38,10 +38,7 @@ class Listener:
 
 
 def decode(data: bytes) -> Tuple[str, Listener]:
-    try:
-        listener = listener_pb2.Listener.FromString(data)
-    except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
-        raise ResourceError(None, ["Can't parse Listener resource."]) from None
+    listener = parsed(listener_pb2.Listener, data, "Listener")
     name = listener.name
     if not listener.HasField("api_listener"):
         raise ResourceError(name, ["Listener has neither address nor ApiListener"])

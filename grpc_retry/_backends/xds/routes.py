@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Tuple
 from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 
-from grpc_retry._backends.xds.errors import Errors, ResourceError
+from grpc_retry._backends.xds.errors import Errors, parsed
 from grpc_retry._config import RetryPolicy as ServiceRetryPolicy
 
 # The retry_on conditions gRPC honours (A44), and the status codes they name
@@ -134,10 +134,7 @@ class RouteConfiguration:
 
 
 def decode(data: bytes) -> Tuple[str, RouteConfiguration]:
-    try:
-        config = route_pb2.RouteConfiguration.FromString(data)
-    except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
-        raise ResourceError(None, ["Can't parse RouteConfiguration resource."]) from None
+    config = parsed(route_pb2.RouteConfiguration, data, "RouteConfiguration")
     errors = Errors("RouteConfiguration", config.name)
     value = read(config, "", errors)
     errors.raise_if_any()
