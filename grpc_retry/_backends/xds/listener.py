@@ -17,7 +17,7 @@ from grpc_retry._backends.xds.errors import Errors, ResourceError, parsed
 _PREFIX = "type.googleapis.com/"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "envoy.extensions.filters.http.router.v3.Router"
-# The filters a gRPC client accepts (fault injection, session affinity, GCP authentication): accepted, not run
+# The filters a gRPC client accepts (fault injection, cookie affinity, GCP authentication): accepted, not run
 CLIENT_FILTERS = ("envoy.extensions.filters.http.fault.v3.HTTPFault",
                   "envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
                   "envoy.extensions.filters.http.gcp_authn.v3.GcpAuthnFilterConfig", ROUTER)
