@@ -55,8 +55,10 @@ def _serve(port_queue) -> None:
 
 
 def start_servers():
-    queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(queue,), daemon=True)
+    # A fresh interpreter (spawn), not a fork of this one: nothing of the parent's grpcio state is inherited.
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_serve, args=(queue,), daemon=True)
     process.start()
     ports = queue.get(timeout=30)
     return process, "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in ports)

@@ -66,8 +66,10 @@ def _serve(port_queue) -> None:
 
 
 def start_backends():
-    queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(queue,), daemon=True)
+    # A fresh interpreter (spawn), not a fork of this one: nothing of the parent's grpcio state is inherited.
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_serve, args=(queue,), daemon=True)
     process.start()
     ports = [queue.get(timeout=30) for _ in range(3)]
     return process, "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports)

@@ -130,8 +130,10 @@ def _serve(port_queue, options=()) -> None:
 
 def start_server(options=()):
     """The server process and its port (reached as 127.0.0.1:port, or any other loopback address)."""
-    queue = multiprocessing.Queue()
-    process = multiprocessing.Process(target=_serve, args=(queue, tuple(options)), daemon=True)
+    # A fresh interpreter (spawn), not a fork of this one: nothing of the parent's grpcio state is inherited.
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_serve, args=(queue, tuple(options)), daemon=True)
     process.start()
     return process, queue.get(timeout=30)
 
