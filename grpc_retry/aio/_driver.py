@@ -1,12 +1,11 @@
-"""The asyncio driver (`_Call`, under the call objects of aio/_call.py): grpc.aio calls over the call machine,
-whose attempts are the transport's asyncio attempts on subchannels, carrying bytes.
+"""The asyncio driver (`_Call`, under the call objects of aio/_call.py): grpc.aio calls over the call machine, whose
+attempts (the transport's, on subchannels) carry bytes.
 
 A call makes progress from its creation, whether or not anyone awaits it: attempts report to the machine from the
 done callbacks of their batches, the machine's timer is the channel's (`_timers`: one asyncio timer for all its
-calls'), subchannel changes arrive through `call_soon_threadsafe`. No task of ours runs per call but a request
-iterator's reader; a hedged response stream's attempt has a small watcher task (to see its response headers before
-its messages), and whoever reads a response stream reads the attempt in flight. The application's serializer runs
-once per message, its deserializer once per delivered response.
+calls'), subchannel changes arrive through `call_soon_threadsafe`. No task runs per call but a request iterator's
+reader and a hedged response stream's watcher (its headers come before its messages); whoever reads a response
+stream reads the attempt in flight. The serializer runs once per message, the deserializer once per response.
 """
 
 from __future__ import annotations
