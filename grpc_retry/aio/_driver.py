@@ -59,8 +59,7 @@ _EOF = grpc.aio.EOF
 HEADERS_GRACE = 0.05
 # Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)
 TIMER_TURNS = 4
-_OK = grpc.StatusCode.OK
-_CANCELLED = grpc.StatusCode.CANCELLED
+_OK, _CANCELLED = grpc.StatusCode.OK, grpc.StatusCode.CANCELLED
 
 
 class _Call(CallDriver):
