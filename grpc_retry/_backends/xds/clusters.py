@@ -12,6 +12,7 @@ from envoy.config.core.v3 import base_pb2
 
 from grpc_retry._backends.xds.errors import Errors, parsed
 from grpc_retry._backends.xds.routes import duration
+from grpc_retry._config import FailurePercentageEjection, OutlierDetection, SuccessRateEjection
 
 EDS, LOGICAL_DNS, AGGREGATE = "EDS", "LOGICAL_DNS", "AGGREGATE"
 _AGGREGATE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
@@ -26,18 +27,6 @@ DEFAULT_MAX_REQUESTS = 1024
 
 
 @dataclass(frozen=True)
-class OutlierDetection:
-    """A50's fields, with gRPC's defaults; an ejection kind is on when its enforcement percentage is set above 0."""
-
-    interval: float = 10.0
-    base_ejection_time: float = 30.0
-    max_ejection_time: float = 30.0
-    max_ejection_percent: int = 10
-    success_rate: Optional[Tuple[int, int, int, int]] = None  # stdev factor, enforcement %, min hosts, volume
-    failure_percentage: Optional[Tuple[int, int, int, int]] = None  # threshold, enforcement %, min hosts, volume
-
-
-@dataclass(frozen=True)
 class Cluster:
     name: str
     kind: str  # EDS, LOGICAL_DNS or AGGREGATE
@@ -46,7 +35,7 @@ class Cluster:
     children: Tuple[str, ...]  # AGGREGATE: the clusters, in priority order
     lb_policy: str
     max_requests: int
-    outlier_detection: Optional[OutlierDetection]
+    outlier_detection: Optional[OutlierDetection]  # as the service config's outlier_detection_experimental reads
     tls: bool  # its transport socket asks for TLS
 
 
@@ -189,15 +178,17 @@ def _outlier_detection(detection: Any, errors: Errors) -> OutlierDetection:
     if enforcing > 100:
         errors.add("outlier_detection.enforcing_success_rate", "value must be <= 100")
     if enforcing:
-        success = (wrapped("success_rate_stdev_factor", 1900), enforcing, wrapped("success_rate_minimum_hosts", 5),
-                   wrapped("success_rate_request_volume", 100))
+        success = SuccessRateEjection(wrapped("success_rate_stdev_factor", 1900), enforcing,
+                                      wrapped("success_rate_minimum_hosts", 5),
+                                      wrapped("success_rate_request_volume", 100))
     enforcing = wrapped("enforcing_failure_percentage", 0)
     if enforcing > 100:
         errors.add("outlier_detection.enforcing_failure_percentage", "value must be <= 100")
         if wrapped("failure_percentage_threshold", 85) > 100:
             errors.add("outlier_detection.failure_percentage_threshold", "value must be <= 100")
     if enforcing:
-        failure = (wrapped("failure_percentage_threshold", 85), enforcing,
-                   wrapped("failure_percentage_minimum_hosts", 5), wrapped("failure_percentage_request_volume", 50))
+        failure = FailurePercentageEjection(wrapped("failure_percentage_threshold", 85), enforcing,
+                                            wrapped("failure_percentage_minimum_hosts", 5),
+                                            wrapped("failure_percentage_request_volume", 50))
     return OutlierDetection(times["interval"], times["base_ejection_time"], times["max_ejection_time"], percent,
                             success, failure)
