@@ -179,6 +179,8 @@ def test_a_restarted_stream_subscribes_again_with_its_versions(plane: ControlPla
 
 
 def test_one_stream_per_server_for_every_user(plane: ControlPlane) -> None:
+    """... and the last release leaves no thread of it running (one left to the interpreter's exit can hold a lock
+    of grpcio's that the exit then waits on)."""
     bootstrap = parse(plane.bootstrap("shared"))
     clients = [XdsClient.acquire(bootstrap.xds_servers[0], bootstrap.node) for _ in range(5)]
     try:
@@ -191,6 +193,8 @@ def test_one_stream_per_server_for_every_user(plane: ControlPlane) -> None:
     finally:
         for client in clients:
             client.release()
+    threads = [clients[0]._thread, *clients[0]._writers]
+    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
     plane.wait_for(lambda: not plane._streams, what="the stream closed with its last user")
 
 

@@ -96,6 +96,7 @@ class XdsClient:
         self._wake = threading.Event()
         self._outbox: Optional[queue.Queue[Any]] = None  # the live stream's requests
         self._call: Any = None
+        self._writers: List[threading.Thread] = []  # grpcio's threads that send each stream's requests
         self._responded = False  # the live stream has given a response
         self._first = True  # the next request is its stream's first (it carries the node)
         self._channel = channel if channel is not None else _channel_to(server)
@@ -176,6 +177,8 @@ class XdsClient:
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(5)
+        for writer in list(self._writers):  # nothing of the stream outlives its client
+            writer.join(5)
         self._channel.close()
 
     # -- the stream ---------------------------------------------------------------------------------------------
@@ -197,7 +200,11 @@ class XdsClient:
                 ADS_METHOD, request_serializer=_serialized, response_deserializer=_response)
             error = "the stream ended"
             try:
-                self._call = call = stream(_requests(outbox))
+                call = stream(_requests(outbox, self._writers))
+                with self._lock:
+                    self._call, closed = call, self._closed
+                if closed:  # closed while the stream started
+                    call.cancel()
                 for response in call:
                     self._on_response(response)
             except grpc.RpcError as failure:
@@ -329,7 +336,8 @@ class XdsClient:
         return errors
 
 
-def _requests(outbox: queue.Queue[Any]) -> Iterator[Any]:
+def _requests(outbox: queue.Queue[Any], writers: List[threading.Thread]) -> Iterator[Any]:
+    writers[:] = [t for t in writers if t.is_alive()] + [threading.current_thread()]
     while True:
         request = outbox.get()
         if request is _END:
