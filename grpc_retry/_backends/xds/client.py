@@ -212,6 +212,7 @@ class XdsClient:
             except Exception as failure:  # noqa: BLE001 (the thread must go on: it serves every channel)
                 log.exception("grpc_retry: the xDS client's stream failed")
                 error = repr(failure)
+            outbox.put(_END)  # the stream's writer ends with it
             tell: List[Callable[[], None]] = []
             with self._lock:
                 self._outbox, self._call = None, None
