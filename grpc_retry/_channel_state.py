@@ -10,7 +10,7 @@ import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from grpc_retry._backends.outliers import OutlierStats
-from grpc_retry._config import RetryThrottling
+from grpc_retry._config import RetryPolicy, RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
 from grpc_retry._otel import observe_hedging, observe_outliers
@@ -40,7 +40,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 class ChannelState:
     __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies",
-                 "watches", "__weakref__")
+                 "watches", "_route_policy", "routes", "__weakref__")
 
     def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
@@ -57,8 +57,30 @@ class ChannelState:
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
         self.watches: Dict[str, Any] = {}  # per hedged method: its _method.HeadersWatch
+        self._route_policy: Optional[RetryPolicy] = None
+        self.routes: Dict[RetryPolicy, ChannelState] = {}  # routed(): one view per retry policy
         if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
+
+    def routed(self, retry_policy: Optional[RetryPolicy]) -> ChannelState:
+        """The channel as the calls of an xDS route see it: the route's retry policy (A44) in place of the service
+        config's retry or hedging policy (None: the route gives none, the channel's own config applies); the same
+        calls, buffer budget, throttle and telemetry."""
+        if retry_policy is None:
+            return self
+        view = self.routes.get(retry_policy)
+        if view is None:
+            view = object.__new__(ChannelState)
+            for name in ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "watches"):
+                setattr(view, name, getattr(self, name))
+            view._policies, view._route_policy, view.routes = {}, retry_policy, {}
+            view = self.routes.setdefault(retry_policy, view)
+        return view
+
+    def close(self) -> None:
+        self.closed = True
+        for view in list(self.routes.values()):
+            view.closed = True
 
     def observe_backends(self, subchannels: Any) -> None:
         """Export what the channel's backends do (outlier detection's ejections) when metrics are on."""
@@ -71,7 +93,14 @@ class ChannelState:
 
     def hedges(self) -> List[Tuple[str, HedgingControl]]:
         """Each method's adaptive hedging (its delay and budget), for methods called so far with a hedging policy."""
-        return [(method, policy.hedge) for method, policy in list(self._policies.items()) if policy.hedge is not None]
+        return [(method, policy.hedge) for method, policy in self._every_policy() if policy.hedge is not None]
+
+    def _every_policy(self) -> List[Tuple[str, CallPolicy]]:
+        """Each method's policy, the routes' views' too (a method routed under two policies: the channel's first)."""
+        policies = {method: policy for view in list(self.routes.values()) for method, policy in
+                    list(view._policies.items())}
+        policies.update(self._policies)
+        return list(policies.items())
 
     def policy(self, method: str) -> CallPolicy:
         """The core's view of `method`'s config (cached: one parse per method and channel)."""
@@ -82,25 +111,30 @@ class ChannelState:
 
     def retry_stats(self, outliers: Optional[OutlierStats] = None) -> ChannelStats:
         """A snapshot of each method this channel has called with a retry or hedging policy."""
-        return channel_stats(self._policies, outliers)
+        return channel_stats(dict(self._every_policy()), outliers)
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)
-        if mc is None:
+        if mc is None and self._route_policy is None:
             return _NO_RETRY
-        timeout = mc.timeout if mc.timeout is not None else math.inf
-        rp = mc.retry_policy if self.options.enable_retries else None
-        hp = mc.hedging_policy if self.options.enable_retries else None
+        timeout = math.inf if mc is None or mc.timeout is None else mc.timeout
+        wait_for_ready = None if mc is None else mc.wait_for_ready
+        rp = None if mc is None else mc.retry_policy
+        hp = None if mc is None else mc.hedging_policy
+        if self._route_policy is not None:
+            rp, hp = self._route_policy, None
+        if not self.options.enable_retries:
+            rp = hp = None
         if hp is not None:
             options = self.options
             hedge = None
             if self._adaptive():
                 hedge = HedgingControl(hp.hedging_delay, options.hedging_quantile, options.max_extra_load)
             return CallPolicy(max_attempts=hp.max_attempts, retryable_codes=hp.non_fatal_status_codes,
-                              timeout=timeout, wait_for_ready=mc.wait_for_ready, hedging_delay=hp.hedging_delay,
+                              timeout=timeout, wait_for_ready=wait_for_ready, hedging_delay=hp.hedging_delay,
                               hedge=hedge, max_server_delay=options.max_server_delay)
         if rp is None:
-            return CallPolicy(timeout=timeout, wait_for_ready=mc.wait_for_ready)
+            return CallPolicy(timeout=timeout, wait_for_ready=wait_for_ready)
         return CallPolicy(
             max_attempts=rp.max_attempts,
             initial_backoff=rp.initial_backoff,
@@ -108,7 +142,7 @@ class ChannelState:
             backoff_multiplier=rp.backoff_multiplier,
             retryable_codes=rp.retryable_status_codes,
             timeout=timeout,
-            wait_for_ready=mc.wait_for_ready,
+            wait_for_ready=wait_for_ready,
             recv_timeout=math.inf if rp.per_attempt_recv_timeout is None else rp.per_attempt_recv_timeout,
             max_server_delay=self.options.max_server_delay,
         )

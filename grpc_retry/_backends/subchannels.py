@@ -24,14 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 from time import monotonic
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import grpc
 
 from grpc_retry._backends import health
 from grpc_retry._backends.outliers import OutlierDetector
 from grpc_retry._backends.resolution import Lookup, shared_lookup
-from grpc_retry._backends.target import parse_target, proxied, whole
+from grpc_retry._backends.target import Target, parse_target, proxied, whole
 from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
 from grpc_retry._options import RetryOptions
 
@@ -64,10 +64,13 @@ def retries_configured(options: RetryOptions) -> bool:
 
 
 class Subchannels:
-    def __init__(self, target: str, options: RetryOptions, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression]) -> None:
-        self.target = parse_target(target)
-        if proxied(self.target, target, options.passthrough):
+    def __init__(self, target: Union[str, Target], options: RetryOptions,
+                 credentials: Optional[grpc.ChannelCredentials], compression: Optional[grpc.Compression]) -> None:
+        if isinstance(target, Target):  # an xDS cluster's: its endpoints come from the control plane (assign)
+            self.target = target
+        else:
+            self.target = parse_target(target)
+        if isinstance(target, str) and proxied(self.target, target, options.passthrough):
             self.target = whole(target)  # the proxy is to see the name: grpcio's channel resolves it, as ever
         self._credentials = credentials
         self.secure = credentials is not None
@@ -104,10 +107,10 @@ class Subchannels:
         self.unimplemented = health.Unimplemented()
         self._looked_up = False  # as grpcio's, the channel looks its name up when first used, not when made
         self._used_at = 0.0
-        if self.target.scheme != "dns":
-            self._apply(list(self.target.addresses), None)
-        else:
+        if self.target.scheme == "dns":
             self._lookup = shared_lookup(self.target)
+        elif self.target.scheme != "xds":
+            self._apply(list(self.target.addresses), None)
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
@@ -160,8 +163,18 @@ class Subchannels:
     def live_addresses(self) -> List[str]:
         return list(dict.fromkeys(a for (a, _), slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN))
 
+    def failing(self, addresses: List[str]) -> bool:
+        """Whether every subchannel of `addresses` is in TRANSIENT_FAILURE (an xDS priority to fail over from)."""
+        slots = [slot for (a, _), slot in list(self._slot_of.items()) if a in addresses]
+        return bool(slots) and all(self.picker.state(slot) == TRANSIENT_FAILURE for slot in slots)
+
     def on_resolution(self, addresses: List[str], error: Optional[str]) -> None:
         """A lookup's answer (on the resolver thread): the flavor applies it where it makes subchannels."""
+        self._apply(addresses, error)
+
+    def assign(self, addresses: List[str], error: Optional[str]) -> None:
+        """An xDS cluster's endpoints, given where the flavor makes subchannels (the sync client's thread, or the
+        channel's event loop)."""
         self._apply(addresses, error)
 
     def _apply(self, addresses: List[str], error: Optional[str]) -> None:
@@ -174,8 +187,8 @@ class Subchannels:
         with self._lock:
             if self.closed:
                 return
-            if addresses:
-                self.resolution_error = None
+            if addresses or self.target.scheme == "xds":  # (an xDS cluster's empty assignment is one too)
+                self.resolution_error = None if addresses else error
                 wanted = dict.fromkeys((a, k) for a in addresses for k in range(self.connections))
                 for key, slot in self._slot_of.items():
                     if key not in wanted and self.picker.state(slot) != SHUTDOWN:
@@ -423,10 +436,18 @@ class Subchannels:
                     pass
 
     def _notify(self) -> None:
+        # Watchers first: one may change the addresses (an xDS priority failing over), which the calls waiting
+        # for a subchannel are then told of, rather than of a state they would fail on.
         with self._lock:
             self.picker.generation += 1
+            watchers = list(self._watchers)
+        for listener in watchers:
+            try:
+                listener()
+            except Exception:
+                log.exception("subchannel listener failed")
+        with self._lock:
             listeners, self._listeners = self._listeners, []
-            listeners += self._watchers
         for listener in listeners:
             try:
                 listener()

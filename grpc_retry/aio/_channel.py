@@ -123,27 +123,33 @@ _InterceptedStreamUnary = internals.aio_intercepted("stream_unary")
 _InterceptedStreamStream = internals.aio_intercepted("stream_stream")
 
 
+def by_kind(interceptors: Optional[Sequence[ClientInterceptor]]) -> Dict[str, List[ClientInterceptor]]:
+    """The channel's interceptors, per kind of method they serve."""
+    kinds = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+    chosen: Dict[str, List[ClientInterceptor]] = {kind: [] for kind in kinds}
+    for interceptor in interceptors or ():
+        # As grpc.aio: an interceptor serves the first of these kinds it is an instance of, only.
+        for kind, cls in (("unary_unary", UnaryUnaryClientInterceptor),
+                          ("unary_stream", UnaryStreamClientInterceptor),
+                          ("stream_unary", StreamUnaryClientInterceptor),
+                          ("stream_stream", StreamStreamClientInterceptor)):
+            if isinstance(interceptor, cls):
+                chosen[kind].append(interceptor)
+                break
+        else:
+            raise ValueError(f"Interceptor {interceptor} must be UnaryUnaryClientInterceptor or "
+                             "UnaryStreamClientInterceptor or StreamUnaryClientInterceptor or "
+                             "StreamStreamClientInterceptor. ")
+    return chosen
+
+
 class Channel(RetryStatistics, aio.Channel):
     """A grpc.aio.Channel whose calls are retried by grpc_retry's core (gRFC A6)."""
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> None:
         self._state = ChannelState(target, options)
-        kinds = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-        self._interceptors: Dict[str, List[ClientInterceptor]] = {kind: [] for kind in kinds}
-        for interceptor in interceptors or ():
-            # As grpc.aio: an interceptor serves the first of these kinds it is an instance of, only.
-            for kind, cls in (("unary_unary", UnaryUnaryClientInterceptor),
-                              ("unary_stream", UnaryStreamClientInterceptor),
-                              ("stream_unary", StreamUnaryClientInterceptor),
-                              ("stream_stream", StreamStreamClientInterceptor)):
-                if isinstance(interceptor, cls):
-                    self._interceptors[kind].append(interceptor)
-                    break
-            else:
-                raise ValueError(f"Interceptor {interceptor} must be UnaryUnaryClientInterceptor or "
-                                 "UnaryStreamClientInterceptor or StreamUnaryClientInterceptor or "
-                                 "StreamStreamClientInterceptor. ")
+        self._interceptors = by_kind(interceptors)
         self._subchannels: AioSubchannels = AioSubchannels(target, self._state.options, credentials, compression)
         self._state.observe_backends(self._subchannels)
         self._timers = CallTimers()
@@ -205,15 +211,8 @@ class Channel(RetryStatistics, aio.Channel):
             return
         if grace is not None and grace < 0:
             raise ValueError(f"grace must be non-negative, got {grace}.")
-        state.closed = True
-        calls = list(state.calls)
-        if grace and calls:
-            waits = [asyncio.ensure_future(call._until_done()) for call in calls]
-            await asyncio.wait(waits, timeout=grace)
-            for wait in waits:
-                wait.cancel()
-        for call in calls:
-            call.cancel()
+        state.close()
+        await end_calls(list(state.calls), grace)
         self._timers.close()
         await self._subchannels.close(None)
 
@@ -228,7 +227,7 @@ class Channel(RetryStatistics, aio.Channel):
 def insecure_channel(target: str, options: OptionsType = None, compression: Optional[grpc.Compression] = None,
                      interceptors: Optional[Sequence[ClientInterceptor]] = None) -> Channel:
     """Like grpc.aio.insecure_channel, with grpc_retry doing the retries."""
-    return Channel(target, options, None, compression, interceptors)
+    return _channel(target, options, None, compression, interceptors)
 
 
 def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: OptionsType = None,
@@ -237,6 +236,27 @@ def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: O
     """Like grpc.aio.secure_channel, with grpc_retry doing the retries."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials")
+    return _channel(target, options, credentials, compression, interceptors)
+
+
+async def end_calls(calls: List[Any], grace: Optional[float]) -> None:
+    """A closing channel's calls may run until `grace` ends; then they are cancelled."""
+    if grace and calls:
+        waits = [asyncio.ensure_future(call._until_done()) for call in calls]
+        await asyncio.wait(waits, timeout=grace)
+        for wait in waits:
+            wait.cancel()
+    for call in calls:
+        call.cancel()
+
+
+def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+             compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> Channel:
+    if isinstance(target, str) and target.startswith("xds:"):
+        from grpc_retry.aio._xds import xds_channel
+        channel = xds_channel(target, options, credentials, compression, interceptors)
+        if channel is not None:
+            return channel
     return Channel(target, options, credentials, compression, interceptors)
 
 

@@ -213,7 +213,7 @@ class Channel(RetryStatistics, grpc.Channel):
             state = self._state
             if state.closed:
                 return
-            state.closed = True
+            state.close()
             subscriptions, self._subscriptions = self._subscriptions, []
         calls = list(state.calls)
         for call in calls:
@@ -264,7 +264,7 @@ class _Subscription:
 def insecure_channel(target: str, options: OptionsType = None,
                      compression: Optional[grpc.Compression] = None) -> Channel:
     """Like grpc.insecure_channel, with grpc_retry doing the retries."""
-    return Channel(target, options, None, compression)
+    return _channel(target, options, None, compression)
 
 
 def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: OptionsType = None,
@@ -272,4 +272,14 @@ def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: O
     """Like grpc.secure_channel, with grpc_retry doing the retries."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials")
+    return _channel(target, options, credentials, compression)
+
+
+def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+             compression: Optional[grpc.Compression]) -> Channel:
+    if isinstance(target, str) and target.startswith("xds:"):
+        from grpc_retry.sync._xds import xds_channel
+        channel = xds_channel(target, options, credentials, compression)
+        if channel is not None:
+            return channel
     return Channel(target, options, credentials, compression)

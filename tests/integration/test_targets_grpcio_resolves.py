@@ -1,11 +1,13 @@
 """Targets grpc_retry does not resolve itself go whole to one grpcio channel, as grpcio would take them: schemes
-only grpcio's core resolves (xds:, google-c2p:), and any target grpcio would reach through an HTTP CONNECT proxy
-(the proxy must see the name, not an address grpc_retry resolved). Retries stay grpc_retry's. grpcio beside."""
+only grpcio's core resolves (xds: without the `xds` extra, google-c2p:), and any target grpcio would reach through
+an HTTP CONNECT proxy (the proxy must see the name, not an address grpc_retry resolved). Retries stay
+grpc_retry's. grpcio beside."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import grpc
 import grpc.aio
@@ -18,6 +20,12 @@ import grpc_retry
 import grpc_retry.aio
 
 HIDDEN = "only-the-proxy.test"  # a name no resolver but the proxy's knows
+
+
+@pytest.fixture(autouse=True)
+def without_the_xds_extra(monkeypatch):
+    """As in a process without `grpc_retry[xds]`: its envoy protos cannot be imported."""
+    monkeypatch.setitem(sys.modules, "envoy", None)
 
 
 def call_sync(make, target, options):

@@ -1,0 +1,239 @@
+"""An `xds:` channel's backends: the target's config followed (config.py), a set of subchannels per cluster fed
+by its endpoints (EDS) or its DNS name (LOGICAL_DNS), and per call the route (A28) and the cluster it sends the
+call to (A31: chosen once per call), with the route's retry policy (A44).
+
+A call's attempts all go through its cluster's subchannels, so every retry and hedge stays in the cluster and its
+picker sends each to an endpoint the call has not used. The flavor (sync or aio) makes the subchannels and says
+where the config is applied (`where`): the client's thread, or the channel's event loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
+
+import grpc
+
+from grpc_retry._backends.target import Target, address_target
+from grpc_retry._backends.xds.bootstrap import load
+from grpc_retry._backends.xds.client import XdsClient
+from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
+from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
+from grpc_retry._config import RetryPolicy
+from grpc_retry._options import RetryOptions
+
+NO_ROUTE = "No matching route found in xDS route config"  # grpcio's words
+NO_ACTION = "Matching route has inappropriate action"
+
+# A route's policy that names no code gRPC retries: the route asks for no retries (A44), whatever the channel's
+# service config says.
+NO_RETRIES = RetryPolicy(max_attempts=1, initial_backoff=1.0, max_backoff=1.0, backoff_multiplier=1.0,
+                         retryable_status_codes=frozenset())
+
+MakeSubchannels = Callable[[Any, RetryOptions], Any]  # (a Target or target string, its options) -> Subchannels
+
+
+class RouteError(Exception):
+    """A call no route of the current config can take: it fails UNAVAILABLE with this message."""
+
+
+class XdsRouter:
+    def __init__(self, target: str, options: RetryOptions, make: MakeSubchannels,
+                 where: Callable[[], Callable[[Callable[[], None]], None]]) -> None:
+        parts = urlsplit(target)
+        name = parts.path.lstrip("/")
+        bootstrap = load()  # a BootstrapError (a ValueError) names every bad field, at channel creation
+        listener = bootstrap.listener_name(parts.netloc, name)
+        self.authority = name  # the virtual host is chosen for it; the subchannels send it as :authority
+        self._options = options
+        self._make = make
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._config: Optional[XdsConfig] = None
+        self._error: Optional[str] = None  # why there is no config (none yet: None)
+        self._waiters: List[Callable[[], None]] = []  # one-shot: told when a config or an error first comes
+        self._clusters: Dict[str, Any] = {}  # cluster name -> its Subchannels (kept while the channel lives)
+        self._priorities: Dict[str, List[List[str]]] = {}  # EDS cluster -> its endpoints, per priority
+        self._given: Dict[str, List[str]] = {}  # EDS cluster -> the addresses its subchannels were last given
+        self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
+        self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44, mapped once per policy
+        self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
+        self._connect = False  # try_to_connect was asked: each cluster's subchannels connect as they come
+        self.outliers = None  # (each cluster has its own detector)
+        self.closed = False
+        post = where()  # (asked once the bootstrap is known good: a bad one is the error to raise)
+        self._client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node)
+        self._watcher = ConfigWatcher(self._client, listener, name, lambda config: post(lambda: self._apply(config)),
+                                      lambda error: post(lambda: self._fail(error)))
+
+    # -- per call -----------------------------------------------------------------------------------------------
+
+    def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any]]:
+        """A new call's cluster (its Subchannels) and retry policy (None: the channel's service config applies);
+        None while the channel has had neither a config nor an error. RouteError: the call cannot be sent."""
+        config = self._config
+        if config is None:
+            if self._error is not None:
+                raise RouteError(self._error)
+            return None
+        headers: Dict[str, str] = {}
+        for key, value in metadata or ():
+            if isinstance(value, str):  # A28: a header's values joined with ","
+                headers[key] = f"{headers[key]},{value}" if key in headers else value
+        route = config.virtual_host.route(method, headers)
+        if route is None:
+            raise RouteError(NO_ROUTE)
+        cluster = route.pick_cluster()
+        if cluster is None:
+            raise RouteError(NO_ACTION)
+        subchannels = self._clusters.get(cluster)
+        if subchannels is None:
+            raise RouteError(f"CDS resource {cluster!r} does not exist")
+        policy = config.virtual_host.retry_policy_of(route)
+        return subchannels, None if policy is None else self._mapped(policy)
+
+    def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
+        mapped = self._policies.get(policy)
+        if mapped is None:
+            mapped = self._policies[policy] = policy.retry_policy(self._options.max_attempts) or NO_RETRIES
+        return mapped
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        """(Sync.) Wait for the first config or error; False if `timeout` passed first."""
+        with self._ready:
+            return self._ready.wait_for(lambda: self._config is not None or self._error is not None, timeout)
+
+    def when_ready(self, callback: Callable[[], None]) -> bool:
+        """Call `callback` (where configs are applied) once a config or an error comes; False: one has already."""
+        with self._lock:
+            if self._config is None and self._error is None:
+                self._waiters.append(callback)
+                return True
+        return False
+
+    # -- what the control plane says ----------------------------------------------------------------------------
+
+    def _apply(self, config: XdsConfig) -> None:
+        if self.closed:
+            return
+        for name, cluster in config.clusters.items():
+            subchannels = self._clusters.get(name)
+            if subchannels is None:
+                subchannels = self._clusters[name] = self._subchannels(name, cluster)
+                subchannels.watch(lambda n=name: self._fail_over(n))
+                for watcher in list(self._watchers):
+                    subchannels.watch(watcher)
+            if cluster.kind == "EDS":
+                self._priorities[name] = _priorities(config.endpoints.get(name))
+                self._given.pop(name, None)
+                self._fail_over(name)
+        for name in list(self._clusters):
+            if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
+                self._priorities[name] = []
+                self._fail_over(name)
+        self._tell(config, None)
+
+    def _fail_over(self, name: str) -> None:
+        """Give an EDS cluster's subchannels the endpoints of its first priority, and of each next one while every
+        subchannel of those before is failing (on each change of theirs, and of the endpoints)."""
+        with self._failover:
+            priorities = self._priorities.get(name)
+            if priorities is None or self.closed:
+                return
+            subchannels = self._clusters[name]
+            addresses: List[str] = []
+            for endpoints in priorities:
+                addresses += endpoints
+                if not subchannels.failing(endpoints):
+                    break
+            if addresses == self._given.get(name):
+                return
+            self._given[name] = addresses
+            subchannels.assign(addresses, None if addresses else f"cluster {name!r} has no endpoints")
+
+    def _subchannels(self, name: str, cluster: Any) -> Any:
+        config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
+                                     outlier_detection=cluster.outlier_detection)
+        options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
+        if cluster.kind == "LOGICAL_DNS":
+            return self._make(f"dns:///{cluster.dns_target}", options)
+        # (an aggregate cluster has no endpoints of its own: calls routed to it fail until it is supported)
+        return self._make(Target("xds", self.authority, 0, self.authority), options)
+
+    def _fail(self, error: str) -> None:
+        self._tell(None, error)
+
+    def _tell(self, config: Optional[XdsConfig], error: Optional[str]) -> None:
+        with self._ready:
+            if config is not None:
+                self._config, self._error = config, None
+            elif self._config is None:
+                self._error = error  # (a config standing keeps serving)
+            waiters, self._waiters = self._waiters, []
+            self._ready.notify_all()
+        for waiter in waiters:
+            waiter()
+        if self._connect:
+            for subchannels in self.subchannels():
+                subchannels.connect()
+        for watcher in list(self._watchers):
+            watcher()
+
+    # -- the channel's ------------------------------------------------------------------------------------------
+
+    def subchannels(self) -> List[Any]:
+        return list(self._clusters.values())
+
+    def watch(self, watcher: Callable[[], None], add: bool = True) -> None:
+        """A connectivity subscriber, told of every change of any cluster's subchannels (and of the config)."""
+        with self._lock:
+            if add:
+                self._watchers.append(watcher)
+            elif watcher in self._watchers:
+                self._watchers.remove(watcher)
+        for subchannels in self.subchannels():
+            subchannels.watch(watcher, add)
+
+    def connect(self) -> None:
+        self._connect = True
+        for subchannels in self.subchannels():
+            subchannels.connect()
+
+    def aggregate_state(self) -> grpc.ChannelConnectivity:
+        """As one grpcio channel's: READY if any cluster's subchannel is, else CONNECTING if any is;
+        TRANSIENT_FAILURE when every one has failed or the target has no config, only an error."""
+        if self.closed:
+            return grpc.ChannelConnectivity.SHUTDOWN
+        states = [subchannels.aggregate_state() for subchannels in self.subchannels()]
+        for state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.CONNECTING):
+            if state in states:
+                return state
+        if (states and all(s is grpc.ChannelConnectivity.TRANSIENT_FAILURE for s in states)) or (
+                self._config is None and self._error is not None):
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        return grpc.ChannelConnectivity.CONNECTING if self._connect else grpc.ChannelConnectivity.IDLE
+
+    def close(self) -> List[Any]:
+        """Stop following the target; the clusters' subchannels, for the flavor to close."""
+        with self._lock:
+            if self.closed:
+                return []
+            self.closed = True
+        self._watcher.close()
+        self._client.release()
+        return self.subchannels()
+
+
+def _priorities(assignment: Any) -> List[List[str]]:
+    """A cluster's endpoints as subchannel targets, per priority that has any (draining ones left out)."""
+    if assignment is None:
+        return []
+    priorities = ([_target(endpoint.addresses[0]) for locality in localities for endpoint in locality.endpoints
+                   if not endpoint.draining] for localities in assignment.priorities)
+    return [endpoints for endpoints in priorities if endpoints]
+
+
+def _target(address: str) -> str:
+    host, port = address.rsplit(":", 1)
+    return address_target(host.strip("[]"), int(port))

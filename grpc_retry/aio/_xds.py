@@ -1,0 +1,359 @@
+"""An asyncio channel on an `xds:` target (the sync one's twin, sync/_xds.py): each call takes the route its method
+and metadata match and the cluster that route gives it; its attempts then run as on any other channel, on that
+cluster's subchannels, under the route's retry policy (else the channel's service config).
+
+The config is applied on the channel's event loop. A call made before the first config is a `_Pending` call: the
+application has its call object at once, and the call starts when the config comes (or ends with the error that
+came instead, or at its deadline)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from time import monotonic
+from typing import Any, AsyncIterator, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+
+import grpc
+from grpc import aio
+
+from grpc_retry import _bases as bases
+from grpc_retry._backends import AioSubchannels
+from grpc_retry._backends.xds.router import RouteError, XdsRouter
+from grpc_retry._channel_state import ChannelState
+from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
+from grpc_retry._options import OptionsType
+from grpc_retry._stats import ChannelStats
+from grpc_retry._transport import transport as internals
+from grpc_retry.aio._channel import (
+    Channel,
+    StreamStreamMultiCallable,
+    StreamUnaryMultiCallable,
+    UnaryStreamMultiCallable,
+    UnaryUnaryMultiCallable,
+    by_kind,
+    end_calls,
+)
+from grpc_retry.aio._timers import CallTimers
+
+_NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
+
+
+class _Cluster:
+    """What a method reads of its channel (aio/_channel.py _MultiCallable): a cluster's subchannels, under one
+    route's view of the channel."""
+
+    __slots__ = ("_state", "_subchannels", "_timers")
+
+    def __init__(self, state: Any, subchannels: Any, timers: Any) -> None:
+        self._state, self._subchannels, self._timers = state, subchannels, timers
+
+
+class _Routed:
+    """One method of an xDS channel: per call, the method of its route's cluster that makes the call."""
+
+    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_interceptors",
+                 "_methods")
+
+    def __init__(self, channel: XdsChannel, method: str, serializer: Serializer, deserializer: Deserializer,
+                 kind: str, make: Callable[..., Any]) -> None:
+        self._channel = channel
+        self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
+        self._make = make
+        self._interceptors = channel._interceptors[kind]
+        self._methods: Dict[Tuple[int, Any], Any] = {}
+
+    def _route(self, metadata: Metadata) -> Any:
+        """The call's method; None before the first config. RouteError: it cannot be sent."""
+        channel = self._channel
+        routed = channel._router.route(self._method, metadata)
+        if routed is None:
+            return None
+        subchannels, policy = routed
+        key = (id(subchannels), policy)
+        method = self._methods.get(key)
+        if method is None:
+            cluster = _Cluster(channel._state.routed(policy), subchannels, channel._timers)
+            method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
+                                                     self._kind, self._interceptors)
+        return method
+
+    def __call__(self, request: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
+        if self._channel._state.closed:
+            raise aio.UsageError("Channel is closed.")
+        args = (timeout, metadata, credentials, wait_for_ready, compression)
+        try:
+            method = self._route(metadata)
+        except RouteError as error:
+            return _PENDING[self._kind](self, request, args, str(error))
+        if method is None:
+            return _PENDING[self._kind](self, request, args, None)
+        return method(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                      wait_for_ready=wait_for_ready, compression=compression)
+
+
+class _UnaryUnary(_Routed, bases.AioUnaryUnaryMultiCallable):
+    __slots__ = ()
+
+
+class _UnaryStream(_Routed, bases.AioUnaryStreamMultiCallable):
+    __slots__ = ()
+
+
+class _StreamUnary(_Routed, bases.AioStreamUnaryMultiCallable):
+    __slots__ = ()
+
+
+class _StreamStream(_Routed, bases.AioStreamStreamMultiCallable):
+    __slots__ = ()
+
+
+class _Pending:
+    """A call made before its channel's first config, or one no route takes (`error`): the application's call
+    object, whose every method waits for the call it becomes."""
+
+    def __init__(self, routed: _Routed, request: Any, args: Tuple[Any, ...], error: Optional[str]) -> None:
+        timeout = args[0]
+        self._deadline = math.inf if timeout is None else monotonic() + timeout
+        self._call: Any = None
+        self._error: Optional[aio.AioRpcError] = None
+        self._cancelled = False
+        self._callbacks: List[Callable[[Any], None]] = []
+        if error is not None:
+            self._fail(grpc.StatusCode.UNAVAILABLE, error)
+            self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._started.set_result(None)
+            return
+        self._started = asyncio.get_running_loop().create_future()
+        self._task = asyncio.get_running_loop().create_task(self._start(routed, request, args))
+
+    async def _start(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def tell() -> None:
+            if not ready.done():
+                ready.set_result(None)
+        if routed._channel._router.when_ready(tell):
+            left = self._deadline - monotonic()
+            try:
+                await asyncio.wait_for(ready, None if left == math.inf else max(0.0, left))
+            except asyncio.TimeoutError:
+                self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
+        if self._error is None and not self._cancelled:
+            try:
+                method = routed._route(args[1])
+            except RouteError as error:
+                self._fail(grpc.StatusCode.UNAVAILABLE, str(error))
+            else:
+                timeout = None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
+                self._call = method(request, timeout=timeout, metadata=args[1], credentials=args[2],
+                                    wait_for_ready=args[3], compression=args[4])
+                for callback in self._callbacks:
+                    self._call.add_done_callback(lambda _, cb=callback: cb(self))
+        if not self._started.done():
+            self._started.set_result(None)
+        if self._call is None:
+            for callback in self._callbacks:
+                callback(self)
+
+    def _fail(self, code: grpc.StatusCode, details: str) -> None:
+        self._error = aio.AioRpcError(code, aio.Metadata(), aio.Metadata(), details, None)
+
+    async def _ready(self) -> Any:
+        """The call it became; raises its error (or CancelledError) when it became none."""
+        await asyncio.shield(self._started)
+        if self._call is not None:
+            return self._call
+        if self._cancelled:
+            raise asyncio.CancelledError()
+        assert self._error is not None
+        raise self._error
+
+    # -- grpc.aio.Call --------------------------------------------------------------------------------------
+
+    def cancelled(self) -> bool:
+        return self._call.cancelled() if self._call is not None else self._cancelled
+
+    def done(self) -> bool:
+        if self._call is not None:
+            return bool(self._call.done())
+        return self._cancelled or self._error is not None
+
+    def time_remaining(self) -> Optional[float]:
+        if self._call is not None:
+            return self._call.time_remaining()  # type: ignore[no-any-return]
+        return None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
+
+    def cancel(self) -> bool:
+        if self._call is not None:
+            return bool(self._call.cancel())
+        if self.done():
+            return False
+        self._cancelled = True
+        self._error = aio.AioRpcError(grpc.StatusCode.CANCELLED, aio.Metadata(), aio.Metadata(),
+                                      "Locally cancelled by application!", None)
+        return True
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        if self._call is not None:
+            self._call.add_done_callback(lambda _: callback(self))
+        elif self.done():
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    async def initial_metadata(self) -> Any:
+        try:
+            return await (await self._ready()).initial_metadata()
+        except aio.AioRpcError as error:
+            return error.initial_metadata()
+
+    async def trailing_metadata(self) -> Any:
+        try:
+            return await (await self._ready()).trailing_metadata()
+        except aio.AioRpcError as error:
+            return error.trailing_metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        try:
+            return await (await self._ready()).code()  # type: ignore[no-any-return]
+        except aio.AioRpcError as error:
+            return error.code()
+        except asyncio.CancelledError:
+            return grpc.StatusCode.CANCELLED
+
+    async def details(self) -> str:
+        try:
+            return await (await self._ready()).details()  # type: ignore[no-any-return]
+        except aio.AioRpcError as error:
+            return error.details() or ""
+
+    async def debug_error_string(self) -> str:
+        try:
+            return await (await self._ready()).debug_error_string()  # type: ignore[no-any-return]
+        except aio.AioRpcError as error:
+            return error.debug_error_string() or ""
+
+    async def wait_for_connection(self) -> None:
+        await (await self._ready()).wait_for_connection()
+
+    # -- by cardinality ---------------------------------------------------------------------------------------
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._response().__await__()
+
+    async def _response(self) -> Any:
+        return await (await self._ready())
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        async for response in await self._ready():
+            yield response
+
+    async def read(self) -> Any:
+        return await (await self._ready()).read()
+
+    async def write(self, request: Any) -> None:
+        await (await self._ready()).write(request)
+
+    async def done_writing(self) -> None:
+        await (await self._ready()).done_writing()
+
+
+class _PendingUnaryUnary(_Pending, bases.AioUnaryUnaryCall):
+    pass
+
+
+class _PendingUnaryStream(_Pending, bases.AioUnaryStreamCall):
+    pass
+
+
+class _PendingStreamUnary(_Pending, bases.AioStreamUnaryCall):
+    pass
+
+
+class _PendingStreamStream(_Pending, bases.AioStreamStreamCall):
+    pass
+
+
+_PENDING: Dict[str, Any] = {"unary_unary": _PendingUnaryUnary, "unary_stream": _PendingUnaryStream,
+            "stream_unary": _PendingStreamUnary, "stream_stream": _PendingStreamStream}
+
+
+class XdsChannel(Channel):
+    """A grpc_retry asyncio channel on an `xds:` target, its backends told by the control plane."""
+
+    def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> None:
+        self._state = ChannelState(target, options)
+        self._interceptors = by_kind(interceptors)
+        self._timers = CallTimers()
+        self._router = XdsRouter(target, self._state.options,
+                                 lambda where, opts: AioSubchannels(where, opts, credentials, compression),
+                                 lambda: internals.aio_working_loop().call_soon_threadsafe)
+        self._subchannels: Any = self._router
+        self._changed = asyncio.Event()
+        self._router.watch(self._changed.set)
+
+    def unary_unary(self, method: str, request_serializer: Serializer = None,
+                    response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
+        return _UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
+                           UnaryUnaryMultiCallable)
+
+    def unary_stream(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
+        return _UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
+                            UnaryStreamMultiCallable)
+
+    def stream_unary(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
+        return _StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
+                            StreamUnaryMultiCallable)
+
+    def stream_stream(self, method: str, request_serializer: Serializer = None,
+                      response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
+        return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
+                             StreamStreamMultiCallable)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        if try_to_connect:
+            self._router.connect()
+        return self._router.aggregate_state()
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        if self._router.closed:
+            raise aio.UsageError("Channel is closed.")
+        while self._router.aggregate_state() == last_observed_state and not self._router.closed:
+            self._changed.clear()
+            await self._changed.wait()
+
+    def retry_stats(self) -> ChannelStats:
+        return self._state.retry_stats(None)
+
+    async def close(self, grace: Optional[float] = None) -> None:
+        """As the channel's (aio/_channel.py), then every cluster's subchannels close."""
+        state = self._state
+        if state.closed:
+            return
+        if grace is not None and grace < 0:
+            raise ValueError(f"grace must be non-negative, got {grace}.")
+        state.close()
+        await end_calls(list(state.calls), grace)
+        self._timers.close()
+        for subchannels in self._router.close():
+            await subchannels.close(None)
+        self._changed.set()
+
+
+def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+                compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Optional[Channel]:
+    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target goes whole to
+    grpcio)."""
+    try:
+        import envoy  # noqa: F401
+    except ImportError:
+        return None
+    return XdsChannel(target, options, credentials, compression, interceptors)

@@ -1,0 +1,226 @@
+"""A synchronous channel on an `xds:` target: each call takes the route its method and metadata match, and the
+cluster that route gives it (_backends/xds/router.py); its attempts then run as on any other channel, on that
+cluster's subchannels, under the route's retry policy (else the channel's service config).
+
+A call made before the channel's first config waits for it (at most its timeout), as grpcio's calls wait for their
+resolver: a blocking call on its thread, and so does the call that makes a future or a stream."""
+
+from __future__ import annotations
+
+import threading
+from time import monotonic
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import grpc
+
+from grpc_retry import _bases as bases
+from grpc_retry._backends import SyncSubchannels
+from grpc_retry._backends.xds.router import RouteError, XdsRouter
+from grpc_retry._channel_state import ChannelState
+from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
+from grpc_retry._options import OptionsType
+from grpc_retry._stats import ChannelStats
+from grpc_retry.sync._channel import (
+    CLOSED_CHANNEL,
+    Channel,
+    StreamStreamMultiCallable,
+    StreamUnaryMultiCallable,
+    UnaryStreamMultiCallable,
+    UnaryUnaryMultiCallable,
+    _Subscription,
+)
+from grpc_retry.sync._status import RpcError, local_error
+from grpc_retry.sync._workers import Workers
+
+_NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
+
+
+class _Cluster:
+    """What a method reads of its channel (sync/_channel.py _MultiCallable): a cluster's subchannels, under one
+    route's view of the channel."""
+
+    __slots__ = ("_state", "_subchannels", "_workers")
+
+    def __init__(self, state: ChannelState, subchannels: Any, workers: Workers) -> None:
+        self._state, self._subchannels, self._workers = state, subchannels, workers
+
+
+class _Routed:
+    """One method of an xDS channel: per call, the method of its route's cluster (made once per cluster and
+    policy) that makes the call."""
+
+    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_methods")
+
+    def __init__(self, channel: XdsChannel, method: str, serializer: Serializer, deserializer: Deserializer,
+                 kind: str, make: Callable[..., Any]) -> None:
+        self._channel = channel
+        self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
+        self._make = make
+        self._methods: Dict[Tuple[int, Any], Any] = {}
+
+    def _for(self, timeout: Optional[float], metadata: Metadata) -> Any:
+        """The call's method, or the RpcError it fails with."""
+        channel = self._channel
+        if channel._state.closed:
+            raise ValueError(CLOSED_CHANNEL)
+        router = channel._router
+        try:
+            routed = router.route(self._method, metadata)
+            if routed is None:
+                if not router.wait(timeout):
+                    return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
+                routed = router.route(self._method, metadata)
+        except RouteError as error:
+            return local_error(grpc.StatusCode.UNAVAILABLE, str(error))
+        assert routed is not None
+        subchannels, policy = routed
+        key = (id(subchannels), policy)
+        method = self._methods.get(key)
+        if method is None:
+            cluster = _Cluster(channel._state.routed(policy), subchannels, channel._workers)
+            method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
+                                                     self._kind)
+        return method
+
+    def _call(self, name: str, request: Any, timeout: Optional[float], metadata: Metadata,
+              credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
+        """The method's `name` ("__call__", "with_call", "future"); a blocking call raises a route's error, the
+        others return it (a frozen error is a finished future and call too)."""
+        started = monotonic()
+        method = self._for(timeout, metadata)
+        if isinstance(method, RpcError):
+            if name == "future" or self._kind in ("unary_stream", "stream_stream"):
+                return method
+            raise method
+        if timeout is not None:
+            timeout = max(0.0, timeout - (monotonic() - started))
+        return getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class _UnaryUnary(_Routed, bases.UnaryUnaryMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
+        return self._call("__call__", request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def with_call(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                  compression: Compression = None) -> Any:
+        return self._call("with_call", request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def future(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+               credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+               compression: Compression = None) -> Any:
+        return self._call("future", request, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class _UnaryStream(_Routed, bases.UnaryStreamMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
+        return self._call("__call__", request, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class _StreamUnary(_Routed, bases.StreamUnaryMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
+        return self._call("__call__", request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def with_call(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                  compression: Compression = None) -> Any:
+        return self._call("with_call", request_iterator, timeout, metadata, credentials, wait_for_ready,
+                          compression)
+
+    def future(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+               credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+               compression: Compression = None) -> Any:
+        return self._call("future", request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class _StreamStream(_Routed, bases.StreamStreamMultiCallable):
+    __slots__ = ()
+
+    def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
+                 credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
+                 compression: Compression = None) -> Any:
+        return self._call("__call__", request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class XdsChannel(Channel):
+    """A grpc_retry channel on an `xds:` target, its backends told by the control plane."""
+
+    def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+                 compression: Optional[grpc.Compression]) -> None:
+        self._state = ChannelState(target, options)
+        self._router = XdsRouter(target, self._state.options,
+                                 lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
+                                 lambda: lambda apply: apply())
+        self._subchannels: Any = self._router  # (what subscribe() watches)
+        self._workers = Workers("grpc_retry-worker")
+        self._lock = threading.Lock()
+        self._subscriptions: List[_Subscription] = []
+
+    def unary_unary(self, method: str, request_serializer: Serializer = None,
+                    response_deserializer: Deserializer = None,
+                    _registered_method: Optional[bool] = False) -> Any:
+        return _UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
+                           UnaryUnaryMultiCallable)
+
+    def unary_stream(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
+                     _registered_method: Optional[bool] = False) -> Any:
+        return _UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
+                            UnaryStreamMultiCallable)
+
+    def stream_unary(self, method: str, request_serializer: Serializer = None,
+                     response_deserializer: Deserializer = None,
+                     _registered_method: Optional[bool] = False) -> Any:
+        return _StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
+                            StreamUnaryMultiCallable)
+
+    def stream_stream(self, method: str, request_serializer: Serializer = None,
+                      response_deserializer: Deserializer = None,
+                      _registered_method: Optional[bool] = False) -> Any:
+        return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
+                             StreamStreamMultiCallable)
+
+    def retry_stats(self) -> ChannelStats:
+        return self._state.retry_stats(None)
+
+    def close(self) -> None:
+        with self._lock:
+            state = self._state
+            if state.closed:
+                return
+            state.close()
+            subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            self._router.watch(subscription, add=False)
+        calls = list(state.calls)
+        for call in calls:
+            call.close_channel()
+        self._workers.close()
+        for subchannels in self._router.close():
+            subchannels.close()
+        deadline = monotonic() + 1.0
+        for call in calls:
+            call.closed(deadline - monotonic())
+
+
+def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
+                compression: Optional[grpc.Compression]) -> Optional[Channel]:
+    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target then goes whole to
+    grpcio)."""
+    try:
+        import envoy  # noqa: F401
+    except ImportError:
+        return None
+    return XdsChannel(target, options, credentials, compression)
