@@ -2,6 +2,10 @@
 
 - eds_apply_ms: a ClusterLoadAssignment of N endpoints (1,000 by default) changed on the server until the target's
   whole new config reaches its watcher (stream, decode, checks, cache, follow), median and p90;
+- channel_apply_ms: the same change, until a grpc_retry channel on `xds:///svc` has the new endpoints in its
+  cluster's subchannels (its next pick uses them), median and p90;
+- channel_bytes_per_endpoint: what the channel holds per endpoint once it has them (the decoded assignment and its
+  subchannel slots; no connection is made: the channel is not used);
 - eds_decode_ms: the decode and checks alone, of the same resource;
 - bytes_per_endpoint: what one endpoint of a decoded assignment holds (tracemalloc);
 - channels / streams / eds_subscriptions: WATCHERS targets followed at once, as that many channels would, on one
@@ -21,7 +25,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from typing import Any, List
+from typing import Any, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -31,6 +35,7 @@ from google.protobuf import wrappers_pb2  # noqa: E402
 from support.control_plane import ENDPOINTS, ControlPlane  # noqa: E402
 from support.xds_resources import cluster, listener, route_config  # noqa: E402
 
+import grpc_retry  # noqa: E402
 from grpc_retry._backends.xds import endpoints as eds  # noqa: E402
 from grpc_retry._backends.xds.bootstrap import parse  # noqa: E402
 from grpc_retry._backends.xds.client import XdsClient  # noqa: E402
@@ -91,6 +96,43 @@ def apply_times(plane: ControlPlane, count: int, rounds: int) -> List[float]:
     finally:
         watcher.close()
         client.close()
+
+
+def channel_apply_times(plane: ControlPlane, count: int, rounds: int) -> Tuple[List[float], float]:
+    os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("bench-channel")
+    channel = grpc_retry.insecure_channel("xds:///svc")
+    router = channel._router  # type: ignore[attr-defined]
+    changed = threading.Condition()
+
+    def tell() -> None:
+        with changed:
+            changed.notify_all()
+    router.watch(tell)
+
+    def wait_port(port: int) -> None:
+        def arrived() -> bool:
+            return any(f"ipv4:127.0.0.1:{port}" in s.live_addresses for s in router.subchannels())
+        with changed:
+            if not changed.wait_for(arrived, 10):
+                raise RuntimeError("the channel did not get the new endpoints")
+    messages = [assignment(count, 2000 + r) for r in range(rounds + 1)]
+    try:
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        plane.set(messages[0])
+        wait_port(2000)
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        held = sum(s.size_diff for s in after.compare_to(before, "lineno")) / count
+        times = []
+        for r in range(1, rounds + 1):
+            started = time.perf_counter()
+            plane.set(messages[r])
+            wait_port(2000 + r)
+            times.append((time.perf_counter() - started) * 1000)
+        return times, held
+    finally:
+        channel.close()
 
 
 def decode_times(count: int, rounds: int) -> List[float]:
@@ -163,6 +205,7 @@ def main() -> None:
         for resource in (listener(), route_config(), cluster()):
             plane.set(resource)
         applied = apply_times(plane, args.endpoints, args.rounds)
+        in_channel, channel_bytes = channel_apply_times(plane, args.endpoints, args.rounds)
         decoded = decode_times(args.endpoints, args.rounds)
         shared = sharing(plane, args.watchers)
     finally:
@@ -171,6 +214,9 @@ def main() -> None:
         "endpoints": args.endpoints,
         "eds_apply_ms": {"median": round(statistics.median(applied), 2),
                          "p90": round(sorted(applied)[int(0.9 * (len(applied) - 1))], 2)},
+        "channel_apply_ms": {"median": round(statistics.median(in_channel), 2),
+                             "p90": round(sorted(in_channel)[int(0.9 * (len(in_channel) - 1))], 2)},
+        "channel_bytes_per_endpoint": round(channel_bytes),
         "eds_decode_ms": round(statistics.median(decoded), 2),
         "bytes_per_endpoint": round(bytes_per_endpoint(args.endpoints)),
         **shared,
