@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from typing import Any, Callable, Dict, Iterator, List
 
 import grpc
@@ -15,7 +22,7 @@ pytest.importorskip("envoy")
 
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
-from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, fail  # noqa: E402
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
 from support.control_plane import ENDPOINTS, ROUTE, ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
@@ -73,19 +80,31 @@ def test_calls_spread_over_the_clusters_endpoints(client: Any, plane: ControlPla
 
 def test_the_routes_retry_policy_sends_each_retry_to_a_fresh_endpoint(client: Any, plane: ControlPlane,
                                                                      backends: List[Backend]) -> None:
-    """Two of three endpoints fail every attempt: with the route's three attempts every call succeeds, and no
-    call sends two attempts to one endpoint."""
+    """Two of three endpoints fail every attempt: with the route's three attempts every call succeeds, 16 in
+    flight, and no call sends two attempts to one endpoint."""
     serve(plane, {"c1": backends},
           lambda config: config.virtual_hosts[0].routes[0].route.retry_policy.CopyFrom(route_retries(2)))
     for backend in backends[:2]:
         backend.fallback(UNARY, lambda i: fail())
     channel = client.channel("xds:///svc")
-    for i in range(20):
-        outcome = channel.unary(UNARY, b"x", timeout=10, metadata=(("call", str(i)),))
-        assert outcome.code == grpc.StatusCode.OK, outcome
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        outcomes = list(pool.map(lambda i: channel.unary(UNARY, b"x", timeout=10, metadata=(("call", str(i)),)),
+                                 range(64)))
+    assert [o.code for o in outcomes] == [grpc.StatusCode.OK] * 64
     per_call = collections.Counter((b.port, a.metadata["call"]) for b in backends for a in b.attempts_of(UNARY))
     assert max(per_call.values()) == 1
-    assert len(backends[2].attempts_of(UNARY)) == 20
+    assert len(backends[2].attempts_of(UNARY)) == 64
+
+
+def test_a_route_policy_naming_no_code_grpc_retries_overrides_the_virtual_hosts(
+        client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    def policies(config: Any) -> None:
+        config.virtual_hosts[0].retry_policy.CopyFrom(route_retries(2))
+        config.virtual_hosts[0].routes[0].route.retry_policy.CopyFrom(route_retries(2, "5xx"))
+    serve(plane, {"c1": backends[:1]}, policies)
+    backends[0].script(UNARY, fail())
+    assert client.channel("xds:///svc").unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.UNAVAILABLE
+    assert len(backends[0].attempts_of(UNARY)) == 1
 
 
 def test_without_a_route_policy_the_channels_service_config_applies(client: Any, plane: ControlPlane,
@@ -202,3 +221,93 @@ def test_calls_fail_over_to_the_next_priority_while_every_endpoint_of_the_first_
     for _ in range(5):
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(UNARY)) == 5
+
+
+def test_endpoints_added_and_removed_under_load(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """8 calls in flight all along: no call fails; an added endpoint takes calls; a removed one gets no new call
+    3 s after its removal was sent."""
+    serve(plane, {"c1": backends[:2]})
+    channel = client.channel("xds:///svc")
+    outcomes: List[Any] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            outcomes.append(channel.unary(UNARY, b"x", timeout=10))
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        workers = [pool.submit(load) for _ in range(8)]
+        backends[1].wait_for(lambda: len(backends[1].attempts) >= 20, what="calls on the first endpoints")
+        plane.set(endpoints(lambda e: assign(e, "c1", backends)))
+        backends[2].wait_for(lambda: len(backends[2].attempts) >= 20, what="calls on the added endpoint")
+        removed = time.monotonic()
+        plane.set(endpoints(lambda e: assign(e, "c1", backends[1:])))
+        backends[2].wait_for(lambda: any(a.arrived > removed + 3.5 for a in backends[2].attempts), timeout=20,
+                             what="load past the removal's 3 s")
+        stop.set()
+        for worker in workers:
+            worker.result(30)
+    assert outcomes and {o.code for o in outcomes} == {grpc.StatusCode.OK}
+    assert max(a.arrived for a in backends[0].attempts) < removed + 3
+
+
+_GRPCIO_CALLS = """
+import json, sys
+import grpc
+calls = json.loads(sys.argv[1])
+with grpc.insecure_channel("xds:///svc") as channel:
+    method = channel.unary_unary("{method}")
+    codes = []
+    for metadata in calls:
+        try:
+            method(b"x", timeout=10, metadata=[tuple(pair) for pair in metadata])
+            codes.append("OK")
+        except grpc.RpcError as error:
+            codes.append(error.code().name)
+print(json.dumps(codes))
+""".replace("{method}", UNARY)
+
+
+def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[str]:
+    """Calls through grpcio's own xDS client, in a process of its own on the same control plane: their codes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio")
+    done = subprocess.run([sys.executable, "-c", _GRPCIO_CALLS, json.dumps(calls)], capture_output=True, text=True,
+                          env=env, timeout=60, cwd=tempfile.gettempdir())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_routes_and_retries_as_grpcios_own_xds_client(client: Any, plane: ControlPlane,
+                                                      backends: List[Backend]) -> None:
+    """The same resources through grpcio's xDS client: each call reaches the same cluster, and a failing one makes
+    as many attempts (the route's policy) and ends with the same code."""
+    def routes(config: Any) -> None:
+        host = config.virtual_hosts[0]
+        host.routes.insert(0, route_components_pb2.Route(
+            match=route_components_pb2.RouteMatch(prefix="", headers=[route_components_pb2.HeaderMatcher(
+                name="x-user", exact_match="alice")]),
+            route=route_components_pb2.RouteAction(cluster="b", retry_policy=route_retries(2))))
+        host.routes[1].route.retry_policy.CopyFrom(route_retries(1))
+    serve(plane, {"a": backends[:1], "b": backends[1:2]}, routes)
+    calls = [[["x-user", "alice"], ["call", "1"]], [["x-user", "bob"], ["call", "2"]], [["call", "3"]],
+             [["x-user", "alice"], ["call", "4"]], [["x-user", "bob"], ["call", "5"]]]
+
+    def script() -> None:  # each route's last call fails every attempt
+        backends[0].script(UNARY, Step(), Step(), fail(), fail())
+        backends[1].script(UNARY, Step(), fail(), fail(), fail())
+
+    def seen() -> Dict[str, Any]:
+        where = {a.metadata["call"]: b.port for b in backends[:2] for a in b.attempts_of(UNARY)}
+        attempts = collections.Counter(a.metadata["call"] for b in backends[:2] for a in b.attempts_of(UNARY))
+        for backend in backends[:2]:
+            backend.attempts.clear()
+        return {"where": where, "attempts": dict(attempts)}
+    script()
+    theirs = grpcio_calls(plane, calls)
+    their_view = seen()
+    script()
+    channel = client.channel("xds:///svc")
+    ours = [channel.unary(UNARY, b"x", timeout=10, metadata=tuple(tuple(p) for p in m)).code.name for m in calls]
+    assert ours == theirs == ["OK", "OK", "OK", "UNAVAILABLE", "UNAVAILABLE"]
+    assert seen() == their_view
+    assert their_view["attempts"] == {"1": 1, "2": 1, "3": 1, "4": 3, "5": 2}
