@@ -63,19 +63,35 @@ class _Routed:
         self._methods: Dict[Tuple[int, Any], Any] = {}
 
     def _route(self, metadata: Metadata) -> Any:
-        """The call's method; None before the first config. RouteError: it cannot be sent."""
+        """The call's method and its cluster's Gate, admitted; None before the first config. RouteError: it
+        cannot be sent."""
         channel = self._channel
         routed = channel._router.route(self._method, metadata)
         if routed is None:
             return None
-        subchannels, policy = routed
+        subchannels, policy, gate = routed
+        gate.admit()
         key = (id(subchannels), policy)
         method = self._methods.get(key)
         if method is None:
             cluster = _Cluster(channel._state.routed(policy), subchannels, channel._timers)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, self._interceptors)
-        return method
+        return method, gate
+
+    @staticmethod
+    def _start(routed: Tuple[Any, Any], request: Any, timeout: Optional[float], metadata: Metadata,
+               credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
+        """The call, on its cluster's method; the cluster's gate is released when it ends."""
+        method, gate = routed
+        try:
+            call = method(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                          wait_for_ready=wait_for_ready, compression=compression)
+        except BaseException:
+            gate.release()
+            raise
+        call.add_done_callback(gate.release)
+        return call
 
     def __call__(self, request: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,
                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
@@ -84,13 +100,12 @@ class _Routed:
             raise aio.UsageError("Channel is closed.")
         args = (timeout, metadata, credentials, wait_for_ready, compression)
         try:
-            method = self._route(metadata)
+            routed = self._route(metadata)
         except RouteError as error:
             return _PENDING[self._kind](self, request, args, str(error))
-        if method is None:
+        if routed is None:
             return _PENDING[self._kind](self, request, args, None)
-        return method(request, timeout=timeout, metadata=metadata, credentials=credentials,
-                      wait_for_ready=wait_for_ready, compression=compression)
+        return self._start(routed, request, *args)
 
 
 class _UnaryUnary(_Routed, bases.AioUnaryUnaryMultiCallable):
@@ -147,8 +162,7 @@ class _Pending:
                 self._fail(grpc.StatusCode.UNAVAILABLE, str(error))
             else:
                 timeout = None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
-                self._call = method(request, timeout=timeout, metadata=args[1], credentials=args[2],
-                                    wait_for_ready=args[3], compression=args[4])
+                self._call = routed._start(method, request, timeout, *args[1:])
                 for callback in self._callbacks:
                     self._call.add_done_callback(lambda _, cb=callback: cb(self))
         if not self._started.done():

@@ -59,7 +59,7 @@ class _Routed:
         self._methods: Dict[Tuple[int, Any], Any] = {}
 
     def _for(self, timeout: Optional[float], metadata: Metadata) -> Any:
-        """The call's method, or the RpcError it fails with."""
+        """The call's method and its cluster's Gate, admitted; or the RpcError the call fails with."""
         channel = self._channel
         if channel._state.closed:
             raise ValueError(CLOSED_CHANNEL)
@@ -70,31 +70,46 @@ class _Routed:
                 if not router.wait(timeout):
                     return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
                 routed = router.route(self._method, metadata)
+            assert routed is not None
+            subchannels, policy, gate = routed
+            gate.admit()
         except RouteError as error:
             return local_error(grpc.StatusCode.UNAVAILABLE, str(error))
-        assert routed is not None
-        subchannels, policy = routed
         key = (id(subchannels), policy)
         method = self._methods.get(key)
         if method is None:
             cluster = _Cluster(channel._state.routed(policy), subchannels, channel._workers)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind)
-        return method
+        return method, gate
 
     def _call(self, name: str, request: Any, timeout: Optional[float], metadata: Metadata,
               credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
         """The method's `name` ("__call__", "with_call", "future"); a blocking call raises a route's error, the
-        others return it (a frozen error is a finished future and call too)."""
+        others return it (a frozen error is a finished future and call too). The cluster's gate is released when
+        the call ends."""
         started = monotonic()
-        method = self._for(timeout, metadata)
-        if isinstance(method, RpcError):
-            if name == "future" or self._kind in ("unary_stream", "stream_stream"):
-                return method
-            raise method
+        routed = self._for(timeout, metadata)
+        blocking = name != "future" and self._kind in ("unary_unary", "stream_unary")
+        if isinstance(routed, RpcError):
+            if blocking:
+                raise routed
+            return routed
+        method, gate = routed
         if timeout is not None:
             timeout = max(0.0, timeout - (monotonic() - started))
-        return getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
+        if blocking:
+            try:
+                return getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
+            finally:
+                gate.release()
+        try:
+            call = getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
+        except BaseException:
+            gate.release()
+            raise
+        call.add_done_callback(gate.release)
+        return call
 
 
 class _UnaryUnary(_Routed, bases.UnaryUnaryMultiCallable):

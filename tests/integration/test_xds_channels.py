@@ -193,6 +193,12 @@ def test_a_call_made_before_the_first_config_waits_for_it(client: Any, plane: Co
         serve(plane, {"c1": backends[:1]})
         assert pending.result(10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(method)) == 1
+    # The call's place in its cluster's circuit breaker is given back when it ends (no event tells: polled).
+    gates = channel.raw._router._gates.values()
+    deadline = time.monotonic() + 5
+    while any(gate._inflight for gate in gates) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [gate._inflight for gate in gates] == [0]
 
 
 def test_a_config_that_never_comes_ends_the_call_at_its_deadline(client: Any, plane: ControlPlane) -> None:
@@ -260,15 +266,16 @@ with grpc.insecure_channel("xds:///svc") as channel:
     for metadata in calls:
         try:
             method(b"x", timeout=10, metadata=[tuple(pair) for pair in metadata])
-            codes.append("OK")
+            codes.append(["OK", ""])
         except grpc.RpcError as error:
-            codes.append(error.code().name)
+            codes.append([error.code().name, error.details()])
 print(json.dumps(codes))
 """.replace("{method}", UNARY)
 
 
-def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[str]:
-    """Calls through grpcio's own xDS client, in a process of its own on the same control plane: their codes."""
+def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[List[str]]:
+    """Calls through grpcio's own xDS client, in a process of its own on the same control plane: each one's code
+    and details."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
     env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio")
     done = subprocess.run([sys.executable, "-c", _GRPCIO_CALLS, json.dumps(calls)], capture_output=True, text=True,
@@ -303,7 +310,7 @@ def test_routes_and_retries_as_grpcios_own_xds_client(client: Any, plane: Contro
             backend.attempts.clear()
         return {"where": where, "attempts": dict(attempts)}
     script()
-    theirs = grpcio_calls(plane, calls)
+    theirs = [code for code, _ in grpcio_calls(plane, calls)]
     their_view = seen()
     script()
     channel = client.channel("xds:///svc")
@@ -311,3 +318,37 @@ def test_routes_and_retries_as_grpcios_own_xds_client(client: Any, plane: Contro
     assert ours == theirs == ["OK", "OK", "OK", "UNAVAILABLE", "UNAVAILABLE"]
     assert seen() == their_view
     assert their_view["attempts"] == {"1": 1, "2": 1, "3": 1, "4": 3, "5": 2}
+
+
+def test_a_cluster_drops_as_its_endpoints_ask_as_on_grpcio(client: Any, plane: ControlPlane,
+                                                          backends: List[Backend]) -> None:
+    def dropping(message: Any) -> None:
+        assign(message, "c1", backends[:1])
+        drop = message.policy.drop_overloads.add(category="throttle")
+        drop.drop_percentage.numerator, drop.drop_percentage.denominator = 100, 0  # per hundred
+    plane.set(cluster())
+    plane.set(endpoints(dropping))
+    plane.set(route_config())
+    expected = ["UNAVAILABLE", "EDS-configured drop: throttle"]
+    assert grpcio_calls(plane, [[]]) == [expected]
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert [outcome.code.name, outcome.details] == expected
+    assert backends[0].attempts == []
+
+
+def test_a_clusters_circuit_breaker_caps_its_calls_in_flight(client: Any, plane: ControlPlane,
+                                                            backends: List[Backend]) -> None:
+    def one_at_a_time(message: Any) -> None:
+        message.circuit_breakers.thresholds.add().max_requests.value = 1
+    release = threading.Event()
+    serve(plane, {"c1": backends[:1]})
+    plane.set(cluster(one_at_a_time))  # (before the channel's client asks: its first answer)
+    backends[0].script(UNARY, Step(gate=release))
+    channel = client.channel("xds:///svc")
+    held = channel.start_call("unary", UNARY, b"x", timeout=10)
+    backends[0].wait_attempts(UNARY, 1)
+    outcome = channel.unary(UNARY, b"x", timeout=10)
+    assert [outcome.code, outcome.details] == [grpc.StatusCode.UNAVAILABLE, "circuit breaker drop"]
+    release.set()
+    assert held.result(10).code == grpc.StatusCode.OK
+    assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK  # its place freed with its end

@@ -9,6 +9,7 @@ where the config is applied (`where`): the client's thread, or the channel's eve
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
@@ -18,6 +19,7 @@ import grpc
 from grpc_retry._backends.target import Target, address_target
 from grpc_retry._backends.xds.bootstrap import load
 from grpc_retry._backends.xds.client import XdsClient
+from grpc_retry._backends.xds.clusters import DEFAULT_MAX_REQUESTS
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
@@ -35,7 +37,36 @@ MakeSubchannels = Callable[[Any, RetryOptions], Any]  # (a Target or target stri
 
 
 class RouteError(Exception):
-    """A call no route of the current config can take: it fails UNAVAILABLE with this message."""
+    """A call no route of the current config can take (or its cluster drops): it fails UNAVAILABLE with this
+    message."""
+
+
+class Gate:
+    """A cluster's admission of calls: the drops its endpoints ask for (EDS `drop_overloads`), then its circuit
+    breaker (gRFC A32: at most `max_requests` calls in flight), as gRPC's cluster_impl policy picks."""
+
+    __slots__ = ("max_requests", "drops", "_inflight", "_lock", "_draw")
+
+    def __init__(self, draw: Callable[[], float] = random.random) -> None:
+        self.max_requests = DEFAULT_MAX_REQUESTS
+        self.drops: Tuple[Tuple[str, int], ...] = ()  # (category, per million)
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._draw = draw
+
+    def admit(self) -> None:
+        """A call enters the cluster (release() when it ends). RouteError: it is dropped."""
+        for category, per_million in self.drops:
+            if self._draw() * 1_000_000 < per_million:
+                raise RouteError(f"EDS-configured drop: {category}")
+        with self._lock:
+            if self._inflight >= self.max_requests:
+                raise RouteError("circuit breaker drop")
+            self._inflight += 1
+
+    def release(self, _: Any = None) -> None:
+        with self._lock:
+            self._inflight -= 1
 
 
 class XdsRouter:
@@ -54,6 +85,7 @@ class XdsRouter:
         self._error: Optional[str] = None  # why there is no config (none yet: None)
         self._waiters: List[Callable[[], None]] = []  # one-shot: told when a config or an error first comes
         self._clusters: Dict[str, Any] = {}  # cluster name -> its Subchannels (kept while the channel lives)
+        self._gates: Dict[str, Gate] = {}  # cluster name -> its Gate
         self._priorities: Dict[str, List[List[str]]] = {}  # EDS cluster -> its endpoints, per priority
         self._given: Dict[str, List[str]] = {}  # EDS cluster -> the addresses its subchannels were last given
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
@@ -69,9 +101,10 @@ class XdsRouter:
 
     # -- per call -----------------------------------------------------------------------------------------------
 
-    def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any]]:
-        """A new call's cluster (its Subchannels) and retry policy (None: the channel's service config applies);
-        None while the channel has had neither a config nor an error. RouteError: the call cannot be sent."""
+    def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any, Gate]]:
+        """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies) and
+        the cluster's Gate (the caller admits the call); None while the channel has had neither a config nor an
+        error. RouteError: the call cannot be sent."""
         config = self._config
         if config is None:
             if self._error is not None:
@@ -91,7 +124,7 @@ class XdsRouter:
         if subchannels is None:
             raise RouteError(f"CDS resource {cluster!r} does not exist")
         policy = config.virtual_host.retry_policy_of(route)
-        return subchannels, None if policy is None else self._mapped(policy)
+        return subchannels, None if policy is None else self._mapped(policy), self._gates[cluster]
 
     def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
         mapped = self._policies.get(policy)
@@ -119,6 +152,12 @@ class XdsRouter:
             return
         for name, cluster in config.clusters.items():
             subchannels = self._clusters.get(name)
+            gate = self._gates.get(name)
+            if gate is None:
+                gate = self._gates[name] = Gate()
+            gate.max_requests = cluster.max_requests
+            assignment = config.endpoints.get(name)
+            gate.drops = () if assignment is None else assignment.drops
             if subchannels is None:
                 subchannels = self._clusters[name] = self._subchannels(name, cluster)
                 subchannels.watch(lambda n=name: self._fail_over(n))
