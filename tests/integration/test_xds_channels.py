@@ -352,3 +352,23 @@ def test_a_clusters_circuit_breaker_caps_its_calls_in_flight(client: Any, plane:
     release.set()
     assert held.result(10).code == grpc.StatusCode.OK
     assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK  # its place freed with its end
+
+
+def test_the_service_configs_per_attempt_timeout_and_hedging_apply_where_the_route_gives_no_policy(
+        client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    serve(plane, {"c1": backends[:2]})
+    backends[0].fallback(UNARY, lambda i: Step(wait=10))  # accepts calls, never answers
+    timed = dict(retry_policy(max_attempts=3), perAttemptRecvTimeout="0.2s")
+    channel = client.channel("xds:///svc", [("grpc.service_config", service_config(timed))])
+    for _ in range(6):
+        started = time.monotonic()
+        assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
+        assert time.monotonic() - started < 2
+    hedged = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test.Echo"}], "hedgingPolicy": {
+        "maxAttempts": 2, "hedgingDelay": "0.1s"}}]})
+    channel = client.channel("xds:///svc", [("grpc.service_config", hedged)])
+    for _ in range(6):
+        started = time.monotonic()
+        assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
+        assert time.monotonic() - started < 2
+    assert len(backends[1].attempts_of(UNARY)) == 12
