@@ -22,7 +22,7 @@ from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._stats import ChannelStats
+from grpc_retry._routing import RoutedMethod
 from grpc_retry._transport import transport as internals
 from grpc_retry.aio._channel import (
     Channel,
@@ -31,53 +31,20 @@ from grpc_retry.aio._channel import (
     UnaryStreamMultiCallable,
     UnaryUnaryMultiCallable,
     by_kind,
-    end_calls,
 )
 from grpc_retry.aio._timers import CallTimers
 
 _NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 
 
-class _Cluster:
-    """What a method reads of its channel (aio/_channel.py _MultiCallable): a cluster's subchannels, under one
-    route's view of the channel."""
-
-    __slots__ = ("_state", "_subchannels", "_timers")
-
-    def __init__(self, state: Any, subchannels: Any, timers: Any) -> None:
-        self._state, self._subchannels, self._timers = state, subchannels, timers
-
-
-class _Routed:
-    """One method of an xDS channel: per call, the method of its route's cluster that makes the call."""
-
-    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_interceptors",
-                 "_methods")
-
-    def __init__(self, channel: XdsChannel, method: str, serializer: Serializer, deserializer: Deserializer,
-                 kind: str, make: Callable[..., Any]) -> None:
-        self._channel = channel
-        self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
-        self._make = make
-        self._interceptors = channel._interceptors[kind]
-        self._methods: Dict[Tuple[int, Any], Any] = {}
+class _Routed(RoutedMethod):
+    __slots__ = ()
 
     def _route(self, metadata: Metadata) -> Any:
         """The call's method and its cluster's Gate, admitted; None before the first config. RouteError: it
         cannot be sent."""
-        channel = self._channel
-        routed = channel._router.route(self._method, metadata)
-        if routed is None:
-            return None
-        subchannels, policy, gate = routed
-        gate.admit()
-        key = (id(subchannels), policy)
-        method = self._methods.get(key)
-        if method is None:
-            cluster = _Cluster(channel._state.routed(policy), subchannels, channel._timers)
-            method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
-                                                     self._kind, self._interceptors)
-        return method, gate
+        routed = self._channel._router.route(self._method, metadata)
+        return None if routed is None else self.method_of(routed)
 
     @staticmethod
     def _start(routed: Tuple[Any, Any], request: Any, timeout: Optional[float], metadata: Metadata,
@@ -297,6 +264,20 @@ _PENDING: Dict[str, Any] = {"unary_unary": _PendingUnaryUnary, "unary_stream": _
             "stream_unary": _PendingStreamUnary, "stream_stream": _PendingStreamStream}
 
 
+class _Clusters:
+    """What the channel's close() closes (aio/_channel.py): every cluster's subchannels."""
+
+    outliers = None  # (each cluster has its own detector)
+
+    def __init__(self, router: XdsRouter, changed: asyncio.Event) -> None:
+        self._router, self._changed = router, changed
+
+    async def close(self, grace: Optional[float]) -> None:
+        for closing in self._router.close(grace):
+            await closing
+        self._changed.set()
+
+
 class XdsChannel(Channel):
     """A grpc_retry asyncio channel on an `xds:` target, its backends told by the control plane."""
 
@@ -308,29 +289,29 @@ class XdsChannel(Channel):
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: AioSubchannels(where, opts, credentials, compression),
                                  lambda: internals.aio_working_loop().call_soon_threadsafe)
-        self._subchannels: Any = self._router
         self._changed = asyncio.Event()
+        self._subchannels: Any = _Clusters(self._router, self._changed)
         self._router.watch(self._changed.set)
 
     def unary_unary(self, method: str, request_serializer: Serializer = None,
                     response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
         return _UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
-                           UnaryUnaryMultiCallable)
+                           UnaryUnaryMultiCallable, self._interceptors["unary_unary"])
 
     def unary_stream(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
         return _UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
-                            UnaryStreamMultiCallable)
+                            UnaryStreamMultiCallable, self._interceptors["unary_stream"])
 
     def stream_unary(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
         return _StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
-                            StreamUnaryMultiCallable)
+                            StreamUnaryMultiCallable, self._interceptors["stream_unary"])
 
     def stream_stream(self, method: str, request_serializer: Serializer = None,
                       response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
         return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
-                             StreamStreamMultiCallable)
+                             StreamStreamMultiCallable, self._interceptors["stream_stream"])
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         if try_to_connect:
@@ -344,22 +325,6 @@ class XdsChannel(Channel):
             self._changed.clear()
             await self._changed.wait()
 
-    def retry_stats(self) -> ChannelStats:
-        return self._state.retry_stats(None)
-
-    async def close(self, grace: Optional[float] = None) -> None:
-        """As the channel's (aio/_channel.py), then every cluster's subchannels close."""
-        state = self._state
-        if state.closed:
-            return
-        if grace is not None and grace < 0:
-            raise ValueError(f"grace must be non-negative, got {grace}.")
-        state.close()
-        await end_calls(list(state.calls), grace)
-        self._timers.close()
-        for subchannels in self._router.close():
-            await subchannels.close(None)
-        self._changed.set()
 
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from time import monotonic
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional
 
 import grpc
 
@@ -19,7 +19,7 @@ from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._stats import ChannelStats
+from grpc_retry._routing import RoutedMethod
 from grpc_retry.sync._channel import (
     CLOSED_CHANNEL,
     Channel,
@@ -35,28 +35,8 @@ from grpc_retry.sync._workers import Workers
 _NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 
 
-class _Cluster:
-    """What a method reads of its channel (sync/_channel.py _MultiCallable): a cluster's subchannels, under one
-    route's view of the channel."""
-
-    __slots__ = ("_state", "_subchannels", "_workers")
-
-    def __init__(self, state: ChannelState, subchannels: Any, workers: Workers) -> None:
-        self._state, self._subchannels, self._workers = state, subchannels, workers
-
-
-class _Routed:
-    """One method of an xDS channel: per call, the method of its route's cluster (made once per cluster and
-    policy) that makes the call."""
-
-    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_methods")
-
-    def __init__(self, channel: XdsChannel, method: str, serializer: Serializer, deserializer: Deserializer,
-                 kind: str, make: Callable[..., Any]) -> None:
-        self._channel = channel
-        self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
-        self._make = make
-        self._methods: Dict[Tuple[int, Any], Any] = {}
+class _Routed(RoutedMethod):
+    __slots__ = ()
 
     def _for(self, timeout: Optional[float], metadata: Metadata) -> Any:
         """The call's method and its cluster's Gate, admitted; or the RpcError the call fails with."""
@@ -71,17 +51,9 @@ class _Routed:
                     return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
                 routed = router.route(self._method, metadata)
             assert routed is not None
-            subchannels, policy, gate = routed
-            gate.admit()
+            return self.method_of(routed)
         except RouteError as error:
             return local_error(grpc.StatusCode.UNAVAILABLE, str(error))
-        key = (id(subchannels), policy)
-        method = self._methods.get(key)
-        if method is None:
-            cluster = _Cluster(channel._state.routed(policy), subchannels, channel._workers)
-            method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
-                                                     self._kind)
-        return method, gate
 
     def _call(self, name: str, request: Any, timeout: Optional[float], metadata: Metadata,
               credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
@@ -178,7 +150,7 @@ class XdsChannel(Channel):
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
                                  lambda: lambda apply: apply())
-        self._subchannels: Any = self._router  # (what subscribe() watches)
+        self._subchannels: Any = self._router  # (what subscribe() watches and close() closes)
         self._workers = Workers("grpc_retry-worker")
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []
@@ -207,27 +179,6 @@ class XdsChannel(Channel):
         return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
                              StreamStreamMultiCallable)
 
-    def retry_stats(self) -> ChannelStats:
-        return self._state.retry_stats(None)
-
-    def close(self) -> None:
-        with self._lock:
-            state = self._state
-            if state.closed:
-                return
-            state.close()
-            subscriptions, self._subscriptions = self._subscriptions, []
-        for subscription in subscriptions:
-            self._router.watch(subscription, add=False)
-        calls = list(state.calls)
-        for call in calls:
-            call.close_channel()
-        self._workers.close()
-        for subchannels in self._router.close():
-            subchannels.close()
-        deadline = monotonic() + 1.0
-        for call in calls:
-            call.closed(deadline - monotonic())
 
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],

@@ -253,15 +253,16 @@ class XdsRouter:
             return grpc.ChannelConnectivity.TRANSIENT_FAILURE
         return grpc.ChannelConnectivity.CONNECTING if self._connect else grpc.ChannelConnectivity.IDLE
 
-    def close(self) -> List[Any]:
-        """Stop following the target; the clusters' subchannels, for the flavor to close."""
+    def close(self, *grace: Any) -> List[Any]:
+        """Stop following the target and close every cluster's subchannels: what each close returned (the aio
+        flavor's: coroutines, for the channel to await)."""
         with self._lock:
             if self.closed:
                 return []
             self.closed = True
         self._watcher.close()
         self._client.release()
-        return self.subchannels()
+        return [subchannels.close(*grace) for subchannels in self.subchannels()]
 
 
 def _priorities(assignment: Any) -> List[List[str]]:
