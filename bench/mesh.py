@@ -8,12 +8,12 @@
   subchannel slots; no connection is made: the channel is not used);
 - eds_decode_ms: the decode and checks alone, of the same resource;
 - bytes_per_endpoint: what one endpoint of a decoded assignment holds (tracemalloc);
-- channels / streams / eds_subscriptions: WATCHERS targets followed at once, as that many channels would, on one
-  process: the ADS streams the server saw and the ClusterLoadAssignment subscriptions it was sent (names);
+- channels / streams / eds_subscriptions: CHANNELS grpc_retry channels to one `xds:` name in one process: the ADS
+  streams the server saw and the ClusterLoadAssignment subscriptions it was sent (names);
 - pick_1000_vs_3: the call machine's pick over N READY backends against over 3 (its ratio; one process,
   alternating rounds).
 
-Prints one JSON object. Needs the `xds` extra. python bench/mesh.py [--endpoints N] [--rounds R] [--watchers W]"""
+Prints one JSON object. Needs the `xds` extra. python bench/mesh.py [--endpoints N] [--rounds R] [--channels C]"""
 
 from __future__ import annotations
 
@@ -157,23 +157,20 @@ def bytes_per_endpoint(count: int) -> float:
     return held / count
 
 
-def sharing(plane: ControlPlane, watchers: int) -> dict:
-    bootstrap = parse(plane.bootstrap("shared"))
+def sharing(plane: ControlPlane, channels: int) -> dict:
+    """`channels` grpc_retry channels to one xds: name, each waiting for its whole config."""
+    os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("shared")
     before = len(plane.requests)
-    clients = [XdsClient.acquire(bootstrap.xds_servers[0], bootstrap.node) for _ in range(watchers)]
-    done = threading.Semaphore(0)
-    followed = [ConfigWatcher(c, "svc", "svc", lambda _: done.release(), lambda _: None) for c in clients]
-    for _ in range(watchers):
-        if not done.acquire(timeout=20):
-            raise RuntimeError("a watcher got no config")
+    made = [grpc_retry.insecure_channel("xds:///svc") for _ in range(channels)]
+    for channel in made:
+        if not channel._router.wait(20):  # type: ignore[attr-defined]
+            raise RuntimeError("a channel got no config")
     streams = plane.streams()
     names = {name for r in plane.requests[before:] if r.type_url == ENDPOINTS for name in r.names}
     subscriptions = sum(1 for r in plane.requests[before:] if r.type_url == ENDPOINTS and not r.nonce)
-    for watcher in followed:
-        watcher.close()
-    for client in clients:
-        client.release()
-    return {"channels": watchers, "streams": streams, "eds_subscriptions": subscriptions,
+    for channel in made:
+        channel.close()
+    return {"channels": channels, "streams": streams, "eds_subscriptions": subscriptions,
             "eds_names": sorted(names)}
 
 
@@ -198,7 +195,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoints", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--watchers", type=int, default=100)
+    parser.add_argument("--channels", type=int, default=100)
     args = parser.parse_args()
     plane = ControlPlane()
     try:
@@ -207,7 +204,7 @@ def main() -> None:
         applied = apply_times(plane, args.endpoints, args.rounds)
         in_channel, channel_bytes = channel_apply_times(plane, args.endpoints, args.rounds)
         decoded = decode_times(args.endpoints, args.rounds)
-        shared = sharing(plane, args.watchers)
+        shared = sharing(plane, args.channels)
     finally:
         plane.close()
     print(json.dumps({

@@ -20,11 +20,12 @@ import pytest
 
 pytest.importorskip("envoy")
 
+from envoy.config.cluster.v3 import outlier_detection_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
-from support.control_plane import ENDPOINTS, ROUTE, ControlPlane  # noqa: E402
+from support.control_plane import CLUSTER, ENDPOINTS, ROUTE, ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
 
 import grpc_retry  # noqa: E402
@@ -372,3 +373,20 @@ def test_the_service_configs_per_attempt_timeout_and_hedging_apply_where_the_rou
         assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
         assert time.monotonic() - started < 2
     assert len(backends[1].attempts_of(UNARY)) == 12
+
+
+def test_a_cluster_changed_gets_subchannels_made_for_it(client: Any, plane: ControlPlane,
+                                                        backends: List[Backend]) -> None:
+    serve(plane, {"c1": backends[:2]})
+    channel = client.channel("xds:///svc")
+    assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+    router = channel.raw._router
+    (before,) = router.subchannels()
+    assert before.outliers is None
+    version = plane.set(cluster(lambda c: c.outlier_detection.CopyFrom(outlier_detection_pb2.OutlierDetection())))
+    plane.wait_answer("channels", CLUSTER, version)
+    plane.wait_for(lambda: router.subchannels() != [before], what="the channel's new subchannels")
+    (after,) = router.subchannels()
+    assert after.outliers is not None and before.live_addresses == []
+    for _ in range(4):
+        assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK

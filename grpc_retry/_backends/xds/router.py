@@ -86,6 +86,8 @@ class XdsRouter:
         self._waiters: List[Callable[[], None]] = []  # one-shot: told when a config or an error first comes
         self._clusters: Dict[str, Any] = {}  # cluster name -> its Subchannels (kept while the channel lives)
         self._gates: Dict[str, Gate] = {}  # cluster name -> its Gate
+        self._made: Dict[str, Tuple[Any, ...]] = {}  # cluster name -> what its subchannels were made for
+        self._retired: List[Any] = []  # subchannels of clusters since changed, closed with the channel
         self._priorities: Dict[str, List[List[str]]] = {}  # EDS cluster -> its endpoints, per priority
         self._given: Dict[str, List[str]] = {}  # EDS cluster -> the addresses its subchannels were last given
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
@@ -158,8 +160,16 @@ class XdsRouter:
             gate.max_requests = cluster.max_requests
             assignment = config.endpoints.get(name)
             gate.drops = () if assignment is None else assignment.drops
+            made = (cluster.kind, cluster.dns_target, cluster.outlier_detection)
+            if subchannels is not None and self._made[name] != made:
+                # Made otherwise: new calls get new subchannels; the old ones' attempts end, then they close.
+                subchannels.assign([], f"cluster {name!r} was changed")
+                self._retired.append(subchannels)
+                self._given.pop(name, None)
+                subchannels = None
             if subchannels is None:
                 subchannels = self._clusters[name] = self._subchannels(name, cluster)
+                self._made[name] = made
                 subchannels.watch(lambda n=name: self._fail_over(n))
                 for watcher in list(self._watchers):
                     subchannels.watch(watcher)
@@ -262,7 +272,7 @@ class XdsRouter:
             self.closed = True
         self._watcher.close()
         self._client.release()
-        return [subchannels.close(*grace) for subchannels in self.subchannels()]
+        return [subchannels.close(*grace) for subchannels in self.subchannels() + self._retired]
 
 
 def _priorities(assignment: Any) -> List[List[str]]:
