@@ -4,7 +4,7 @@ any other channel's, on that cluster's subchannels."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from grpc_retry._method import Deserializer, Serializer
 
@@ -32,9 +32,10 @@ class RoutedMethod:
         self._make, self._extra = make, extra  # the flavor's method class, and what else it takes
         self._methods: Dict[Tuple[int, Any], Any] = {}
 
-    def method_of(self, routed: Tuple[Any, Any, Any]) -> Tuple[Any, Any]:
-        """The method and Gate of a route (XdsRouter.route), the call admitted (RouteError: dropped)."""
-        subchannels, policy, gate = routed
+    def method_of(self, routed: Tuple[Any, Any, Any, Optional[float]]) -> Tuple[Any, Any, Optional[float]]:
+        """The method, Gate and time limit of a route (XdsRouter.route), the call admitted (RouteError:
+        dropped)."""
+        subchannels, policy, gate, limit = routed
         gate.admit()
         key = (id(subchannels), policy)
         method = self._methods.get(key)
@@ -42,4 +43,9 @@ class RoutedMethod:
             cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
-        return method, gate
+        return method, gate, limit
+
+
+def bounded(timeout: Optional[float], limit: Optional[float]) -> Optional[float]:
+    """A call's timeout within its route's limit (gRFC A31)."""
+    return timeout if limit is None or (timeout is not None and timeout <= limit) else limit

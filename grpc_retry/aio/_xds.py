@@ -22,7 +22,7 @@ from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod
+from grpc_retry._routing import RoutedMethod, bounded
 from grpc_retry._transport import transport as internals
 from grpc_retry.aio._channel import (
     Channel,
@@ -47,12 +47,12 @@ class _Routed(RoutedMethod):
         return None if routed is None else self.method_of(routed)
 
     @staticmethod
-    def _start(routed: Tuple[Any, Any], request: Any, timeout: Optional[float], metadata: Metadata,
+    def _start(routed: Tuple[Any, Any, Optional[float]], request: Any, timeout: Optional[float], metadata: Metadata,
                credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
         """The call, on its cluster's method; the cluster's gate is released when it ends."""
-        method, gate = routed
+        method, gate, limit = routed
         try:
-            call = method(request, timeout=timeout, metadata=metadata, credentials=credentials,
+            call = method(request, timeout=bounded(timeout, limit), metadata=metadata, credentials=credentials,
                           wait_for_ready=wait_for_ready, compression=compression)
         except BaseException:
             gate.release()

@@ -19,7 +19,7 @@ from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod
+from grpc_retry._routing import RoutedMethod, bounded
 from grpc_retry.sync._channel import (
     CLOSED_CHANNEL,
     Channel,
@@ -67,9 +67,10 @@ class _Routed(RoutedMethod):
             if blocking:
                 raise routed
             return routed
-        method, gate = routed
+        method, gate, limit = routed
         if timeout is not None:
             timeout = max(0.0, timeout - (monotonic() - started))
+        timeout = bounded(timeout, limit)
         if blocking:
             try:
                 return getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)

@@ -390,3 +390,15 @@ def test_a_cluster_changed_gets_subchannels_made_for_it(client: Any, plane: Cont
     assert after.outliers is not None and before.live_addresses == []
     for _ in range(4):
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+
+
+def test_a_routes_max_stream_duration_bounds_the_call_as_on_grpcio(client: Any, plane: ControlPlane,
+                                                                   backends: List[Backend]) -> None:
+    serve(plane, {"c1": backends[:1]}, lambda config: config.virtual_hosts[0].routes[0].route.max_stream_duration
+          .max_stream_duration.FromMilliseconds(300))
+    backends[0].fallback(UNARY, lambda i: Step(wait=10))
+    (theirs,) = grpcio_calls(plane, [[]])
+    started = time.monotonic()
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert outcome.code.name == theirs[0] == "DEADLINE_EXCEEDED"
+    assert time.monotonic() - started < 2

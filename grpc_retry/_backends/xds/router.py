@@ -103,10 +103,12 @@ class XdsRouter:
 
     # -- per call -----------------------------------------------------------------------------------------------
 
-    def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any, Gate]]:
-        """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies) and
-        the cluster's Gate (the caller admits the call); None while the channel has had neither a config nor an
-        error. RouteError: the call cannot be sent."""
+    def route(self, method: str,
+              metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any, Gate, Optional[float]]]:
+        """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies), the
+        cluster's Gate (the caller admits the call) and the longest the call may last (A31: the route's
+        max_stream_duration, else its Listener's; None: no limit); None while the channel has had neither a
+        config nor an error. RouteError: the call cannot be sent."""
         config = self._config
         if config is None:
             if self._error is not None:
@@ -126,7 +128,10 @@ class XdsRouter:
         if subchannels is None:
             raise RouteError(f"CDS resource {cluster!r} does not exist")
         policy = config.virtual_host.retry_policy_of(route)
-        return subchannels, None if policy is None else self._mapped(policy), self._gates[cluster]
+        limit = route.max_stream_duration
+        if limit is None:
+            limit = config.listener.max_stream_duration
+        return subchannels, None if policy is None else self._mapped(policy), self._gates[cluster], limit or None
 
     def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
         mapped = self._policies.get(policy)
