@@ -22,6 +22,7 @@ pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import outlier_detection_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
+from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
@@ -402,3 +403,16 @@ def test_a_routes_max_stream_duration_bounds_the_call_as_on_grpcio(client: Any, 
     outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
     assert outcome.code.name == theirs[0] == "DEADLINE_EXCEEDED"
     assert time.monotonic() - started < 2
+
+
+def test_a_call_to_an_aggregate_cluster_fails_at_once(client: Any, plane: ControlPlane) -> None:
+    def aggregate(message: Any) -> None:
+        message.ClearField("type")
+        message.ClearField("eds_cluster_config")
+        message.cluster_type.name = "envoy.clusters.aggregate"
+        message.cluster_type.typed_config.Pack(aggregate_pb2.ClusterConfig(clusters=["c2"]))
+    plane.set(cluster(aggregate))
+    plane.set(route_config())
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert (outcome.code, outcome.details) == (
+        grpc.StatusCode.UNAVAILABLE, "cluster 'c1': aggregate clusters are not supported by grpc_retry")

@@ -182,6 +182,8 @@ class XdsRouter:
                 self._priorities[name] = _priorities(config.endpoints.get(name))
                 self._given.pop(name, None)
                 self._fail_over(name)
+            elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
+                subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
         for name in list(self._clusters):
             if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
                 self._priorities[name] = []
@@ -212,7 +214,6 @@ class XdsRouter:
         options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
         if cluster.kind == "LOGICAL_DNS":
             return self._make(f"dns:///{cluster.dns_target}", options)
-        # (an aggregate cluster has no endpoints of its own: calls routed to it fail until it is supported)
         return self._make(Target("xds", self.authority, 0, self.authority), options)
 
     def _fail(self, error: str) -> None:
