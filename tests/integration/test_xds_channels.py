@@ -4,6 +4,7 @@ call's cluster on an endpoint the call has not used."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import json
@@ -416,3 +417,33 @@ def test_a_call_to_an_aggregate_cluster_fails_at_once(client: Any, plane: Contro
     outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
     assert (outcome.code, outcome.details) == (
         grpc.StatusCode.UNAVAILABLE, "cluster 'c1': aggregate clusters are not supported by grpc_retry")
+
+
+def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """try_to_connect before any config: the channel connects each cluster's subchannels as they come, and is
+    READY once one is (as grpcio's channel_ready)."""
+    channel = client.channel("xds:///svc")
+    if client.api == "aio":
+        async def ready() -> Any:
+            waiting = asyncio.ensure_future(channel.channel.channel_ready())
+            await asyncio.sleep(0)
+            serve(plane, {"c1": backends[:1]})
+            await asyncio.wait_for(waiting, 10)
+            return channel.channel.get_state()
+        assert channel.run(ready(), 20) == grpc.ChannelConnectivity.READY
+        return
+    states: List[Any] = []
+    ready = threading.Event()
+
+    def callback(state: Any) -> None:
+        states.append(state)
+        if state == grpc.ChannelConnectivity.READY:
+            ready.set()
+    channel.channel.subscribe(callback, try_to_connect=True)
+    try:
+        serve(plane, {"c1": backends[:1]})
+        assert ready.wait(10), states
+    finally:
+        channel.channel.unsubscribe(callback)
+    assert backends[0].attempts == []  # connected, no call made
+    assert grpc.channel_ready_future(channel.channel).result(timeout=10) is None
