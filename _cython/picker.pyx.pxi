@@ -14,6 +14,9 @@
 # without missing one that happened while it looked; and `resolved`, whether the target has resolved (to
 # addresses or to an error), which decides between failing fast and waiting.
 #
+# Weights (an xDS cluster's localities): a schedule of slots, each as often as its weight, gives where each
+# round_robin rotation starts; the rules above still choose from there.
+#
 # Outlier detection (gRFC A50, _backends/outliers.py) counts each attempt's result for its slot here (`record`,
 # only while `counting`) and marks slots ejected. An ejected slot gets no attempt while any other slot could take
 # one, used by the call or not; only when nothing else is left does a call go there rather than fail.
@@ -43,6 +46,13 @@ cdef class Picker:
         self.counting = False
         self._ok = [0] * size
         self._failed = [0] * size
+        self._schedule = None
+        self._turn = 0
+
+    def set_schedule(self, schedule):
+        """round_robin by weight: the slots rotations start at, in turn (None, or empty: every slot in order)."""
+        self._schedule = list(schedule) if schedule else None
+        self._turn = 0
 
     @property
     def size(self):
@@ -134,6 +144,10 @@ cdef class Picker:
         if n == 0:
             return -1
         start = self._next if self.policy == ROUND_ROBIN else 0
+        if self._schedule is not None:
+            start = self._schedule[self._turn]
+            if start >= n:
+                start = 0
         for k in range(n):
             i = (start + k) % n
             s = self._states[i]
@@ -168,5 +182,8 @@ cdef class Picker:
 
     cdef int _picked(self, int i, int n):
         if self.policy == ROUND_ROBIN:
-            self._next = (i + 1) % n
+            if self._schedule is not None:
+                self._turn = (self._turn + 1) % len(self._schedule)
+            else:
+                self._next = (i + 1) % n
         return i

@@ -94,6 +94,8 @@ cdef class Picker:
     cdef public bint counting    # outlier detection wants every attempt's result
     cdef list _ok                # per slot: attempts that succeeded since take_counts()
     cdef list _failed            # ... and that failed
+    cdef list _schedule          # round_robin by weight: the slots each rotation starts at, in turn (None: even)
+    cdef int _turn               # ... and where in it the next starts
     cpdef long born(self, int index)
     cdef void record(self, int index, long born, bint ok)
     cpdef object forget(self, object used, long since)

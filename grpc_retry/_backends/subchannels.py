@@ -55,6 +55,17 @@ CONNECT_PAUSE = 0.001
 # (At 5 ms, a loaded machine's interceptor chain wrote to such a call too late in ~1 run in 6 of the drop-in
 # scenario `unresolvable_name`.)
 FAILURE_NO_SOONER = 0.02
+SCHEDULE_SIZE = 4096  # the longest weighted schedule (slots by weight): finer weights are rounded
+
+
+def schedule(weights: List[Tuple[int, float]]) -> List[int]:
+    """Slots, each about as often as its weight says (at most SCHEDULE_SIZE entries in all), spread evenly."""
+    total = sum(weight for _, weight in weights)
+    least = min(weight for _, weight in weights)
+    scale = 1 / least if total / least <= SCHEDULE_SIZE else SCHEDULE_SIZE / total
+    turns = [((k + 0.5) / count, slot) for slot, weight in weights
+             for count in (max(1, round(weight * scale)),) for k in range(count)]
+    return [slot for _, slot in sorted(turns)]
 
 
 def retries_configured(options: RetryOptions) -> bool:
@@ -172,10 +183,16 @@ class Subchannels:
         """A lookup's answer (on the resolver thread): the flavor applies it where it makes subchannels."""
         self._apply(addresses, error)
 
-    def assign(self, addresses: List[str], error: Optional[str]) -> None:
+    def assign(self, addresses: List[str], error: Optional[str], weights: Optional[Dict[str, float]] = None) -> None:
         """An xDS cluster's endpoints, given where the flavor makes subchannels (the sync client's thread, or the
-        channel's event loop)."""
+        channel's event loop), and each one's share of the calls (None: even)."""
+        with self._lock:
+            self.picker.set_schedule(None)
         self._apply(addresses, error)
+        if weights is not None and len(set(weights.values())) > 1:
+            with self._lock:
+                self.picker.set_schedule(schedule([(slot, weights[address]) for (address, _), slot
+                                                   in self._slot_of.items() if address in weights]))
 
     def _apply(self, addresses: List[str], error: Optional[str]) -> None:
         if error and not self.resolved:

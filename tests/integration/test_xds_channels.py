@@ -447,3 +447,24 @@ def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: Control
         channel.channel.unsubscribe(callback)
     assert backends[0].attempts == []  # connected, no call made
     assert grpc.channel_ready_future(channel.channel).result(timeout=10) is None
+
+
+def test_localities_share_calls_by_weight(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """Localities of weights 3 and 1, of one and two endpoints: 75% of the calls to the first, 12.5% to each of
+    the others (±8 points over 400 calls), as weighted_target over round_robin."""
+    def localities(message: Any) -> None:
+        assign(message, "c1", backends[:1])
+        message.endpoints[0].load_balancing_weight.value = 3
+        second = message.endpoints.add()
+        second.CopyFrom(message.endpoints[0])
+        second.locality.zone, second.load_balancing_weight.value = "z2", 1
+        del second.lb_endpoints[:]
+        second.lb_endpoints.extend(lb_endpoint("127.0.0.1", b.port) for b in backends[1:])
+    plane.set(cluster())
+    plane.set(endpoints(localities))
+    plane.set(route_config())
+    channel = client.channel("xds:///svc")
+    for _ in range(400):
+        assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+    shares = [len(b.attempts_of(UNARY)) / 400 for b in backends]
+    assert 0.67 <= shares[0] <= 0.83 and all(0.045 <= share <= 0.205 for share in shares[1:]), shares

@@ -101,3 +101,29 @@ def test_used_mask_beyond_64_addresses():
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError):
         Picker(7, 1)
+
+
+def test_round_robin_by_weight_starts_rotations_as_the_schedule_says():
+    from grpc_retry._backends.subchannels import schedule
+
+    p = picker(ROUND_ROBIN, [READY, READY, READY])
+    p.set_schedule(schedule([(0, 0.6), (1, 0.2), (2, 0.2)]))
+    picks = [p.pick(0) for _ in range(500)]
+    assert [picks.count(i) for i in range(3)] == [300, 100, 100]
+    # A slot used by the call is still skipped, whatever the schedule says.
+    assert all(p.pick(1 << 0) != 0 for _ in range(50))
+    # A slot that cannot take an attempt gives its turns to the next.
+    p.set_state(0, TRANSIENT_FAILURE)
+    assert set(p.pick(0) for _ in range(50)) == {1, 2}
+    p.set_schedule(None)
+    p.set_state(0, READY)
+    picks = [p.pick(0) for _ in range(300)]
+    assert [picks.count(i) for i in range(3)] == [100, 100, 100]
+
+
+def test_a_schedule_spreads_each_slots_turns():
+    from grpc_retry._backends.subchannels import SCHEDULE_SIZE, schedule
+
+    assert schedule([(0, 3.0), (1, 1.0)]) == [0, 0, 1, 0]
+    turns = schedule([(slot, 1.0 + slot % 7) for slot in range(2000)])
+    assert len(turns) <= SCHEDULE_SIZE + 2000 and set(turns) == set(range(2000))

@@ -88,7 +88,7 @@ class XdsRouter:
         self._gates: Dict[str, Gate] = {}  # cluster name -> its Gate
         self._made: Dict[str, Tuple[Any, ...]] = {}  # cluster name -> what its subchannels were made for
         self._retired: List[Any] = []  # subchannels of clusters since changed, closed with the channel
-        self._priorities: Dict[str, List[List[str]]] = {}  # EDS cluster -> its endpoints, per priority
+        self._priorities: Dict[str, List[Dict[str, float]]] = {}  # EDS cluster -> endpoints: weights, per priority
         self._given: Dict[str, List[str]] = {}  # EDS cluster -> the addresses its subchannels were last given
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44, mapped once per policy
@@ -198,15 +198,16 @@ class XdsRouter:
             if priorities is None or self.closed:
                 return
             subchannels = self._clusters[name]
-            addresses: List[str] = []
+            weights: Dict[str, float] = {}
             for endpoints in priorities:
-                addresses += endpoints
-                if not subchannels.failing(endpoints):
+                weights.update(endpoints)
+                if not subchannels.failing(list(endpoints)):
                     break
+            addresses = list(weights)
             if addresses == self._given.get(name):
                 return
             self._given[name] = addresses
-            subchannels.assign(addresses, None if addresses else f"cluster {name!r} has no endpoints")
+            subchannels.assign(addresses, None if addresses else f"cluster {name!r} has no endpoints", weights)
 
     def _subchannels(self, name: str, cluster: Any) -> Any:
         config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
@@ -281,13 +282,22 @@ class XdsRouter:
         return [subchannels.close(*grace) for subchannels in self.subchannels() + self._retired]
 
 
-def _priorities(assignment: Any) -> List[List[str]]:
-    """A cluster's endpoints as subchannel targets, per priority that has any (draining ones left out)."""
+def _priorities(assignment: Any) -> List[Dict[str, float]]:
+    """A cluster's endpoints as subchannel targets, per priority that has any (draining ones left out), each with
+    its share of the calls: its locality's weight over the locality's endpoints, as gRPC's weighted_target over
+    round_robin gives."""
     if assignment is None:
         return []
-    priorities = ([_target(endpoint.addresses[0]) for locality in localities for endpoint in locality.endpoints
-                   if not endpoint.draining] for localities in assignment.priorities)
-    return [endpoints for endpoints in priorities if endpoints]
+    priorities = []
+    for localities in assignment.priorities:
+        endpoints: Dict[str, float] = {}
+        for locality in localities:
+            kept = [endpoint for endpoint in locality.endpoints if not endpoint.draining]
+            for endpoint in kept:
+                endpoints[_target(endpoint.addresses[0])] = locality.weight / len(kept)
+        if endpoints:
+            priorities.append(endpoints)
+    return priorities
 
 
 def _target(address: str) -> str:
