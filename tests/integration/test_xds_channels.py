@@ -449,9 +449,10 @@ def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: Control
     assert grpc.channel_ready_future(channel.channel).result(timeout=10) is None
 
 
-def test_localities_share_calls_by_weight(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
-    """Localities of weights 3 and 1, of one and two endpoints: 75% of the calls to the first, 12.5% to each of
-    the others (±8 points over 400 calls), as weighted_target over round_robin."""
+def test_localities_and_endpoints_share_calls_by_weight(client: Any, plane: ControlPlane,
+                                                       backends: List[Backend]) -> None:
+    """Localities of weights 3 and 1, of one endpoint and of two of weights 1 and 3: 75% of the calls to the
+    first, then 6.25% and 18.75% (±8 points over 400 calls)."""
     def localities(message: Any) -> None:
         assign(message, "c1", backends[:1])
         message.endpoints[0].load_balancing_weight.value = 3
@@ -460,6 +461,7 @@ def test_localities_share_calls_by_weight(client: Any, plane: ControlPlane, back
         second.locality.zone, second.load_balancing_weight.value = "z2", 1
         del second.lb_endpoints[:]
         second.lb_endpoints.extend(lb_endpoint("127.0.0.1", b.port) for b in backends[1:])
+        second.lb_endpoints[1].load_balancing_weight.value = 3
     plane.set(cluster())
     plane.set(endpoints(localities))
     plane.set(route_config())
@@ -467,4 +469,4 @@ def test_localities_share_calls_by_weight(client: Any, plane: ControlPlane, back
     for _ in range(400):
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     shares = [len(b.attempts_of(UNARY)) / 400 for b in backends]
-    assert 0.67 <= shares[0] <= 0.83 and all(0.045 <= share <= 0.205 for share in shares[1:]), shares
+    assert [round(share * 100) for share in shares] == pytest.approx([75, 6.25, 18.75], abs=8), shares

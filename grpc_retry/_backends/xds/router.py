@@ -284,8 +284,7 @@ class XdsRouter:
 
 def _priorities(assignment: Any) -> List[Dict[str, float]]:
     """A cluster's endpoints as subchannel targets, per priority that has any (draining ones left out), each with
-    its share of the calls: its locality's weight over the locality's endpoints, as gRPC's weighted_target over
-    round_robin gives."""
+    its share of the calls: its locality's share by weight, and its own within the locality by its weight."""
     if assignment is None:
         return []
     priorities = []
@@ -293,8 +292,9 @@ def _priorities(assignment: Any) -> List[Dict[str, float]]:
         endpoints: Dict[str, float] = {}
         for locality in localities:
             kept = [endpoint for endpoint in locality.endpoints if not endpoint.draining]
+            total = sum(endpoint.weight for endpoint in kept)
             for endpoint in kept:
-                endpoints[_target(endpoint.addresses[0])] = locality.weight / len(kept)
+                endpoints[_target(endpoint.addresses[0])] = locality.weight * endpoint.weight / total
         if endpoints:
             priorities.append(endpoints)
     return priorities
