@@ -470,3 +470,15 @@ def test_localities_and_endpoints_share_calls_by_weight(client: Any, plane: Cont
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     shares = [len(b.attempts_of(UNARY)) / 400 for b in backends]
     assert [round(share * 100) for share in shares] == pytest.approx([75, 6.25, 18.75], abs=8), shares
+
+
+def test_a_route_policy_with_a_zero_back_off_fails_its_calls(client: Any, plane: ControlPlane,
+                                                             backends: List[Backend]) -> None:
+    def zero(config: Any) -> None:
+        policy = route_retries(2)
+        policy.retry_back_off.base_interval.FromMilliseconds(0)
+        config.virtual_hosts[0].routes[0].route.retry_policy.CopyFrom(policy)
+    serve(plane, {"c1": backends[:1]}, zero)
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert outcome.code == grpc.StatusCode.UNAVAILABLE and "retry_back_off" in (outcome.details or "")
+    assert backends[0].attempts == []

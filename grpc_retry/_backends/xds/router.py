@@ -134,9 +134,14 @@ class XdsRouter:
         return subchannels, None if policy is None else self._mapped(policy), self._gates[cluster], limit or None
 
     def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
+        """A44. RouteError for a policy gRPC's resolver cannot turn into a service config (a zero back-off)."""
         mapped = self._policies.get(policy)
         if mapped is None:
-            mapped = self._policies[policy] = policy.retry_policy(self._options.max_attempts) or NO_RETRIES
+            try:
+                mapped = policy.retry_policy(self._options.max_attempts) or NO_RETRIES
+            except ValueError as error:
+                raise RouteError(f"the route's retry policy: {error}") from None
+            self._policies[policy] = mapped
         return mapped
 
     def wait(self, timeout: Optional[float]) -> bool:
