@@ -20,6 +20,7 @@ from grpc_retry import _bases as bases
 from grpc_retry._backends import AioSubchannels
 from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
+from grpc_retry._driver import CLOSED_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._routing import RoutedMethod, bounded
@@ -102,26 +103,29 @@ class _Pending:
         self._error: Optional[aio.AioRpcError] = None
         self._cancelled = False
         self._callbacks: List[Callable[[Any], None]] = []
+        loop = asyncio.get_running_loop()
+        self._started: asyncio.Future[None] = loop.create_future()  # it became a call, or ended
+        self._woken: asyncio.Future[None] = loop.create_future()  # the config came, or the call was cancelled
         if error is not None:
             self._fail(grpc.StatusCode.UNAVAILABLE, error)
-            self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._started.set_result(None)
             return
-        self._started = asyncio.get_running_loop().create_future()
-        self._task = asyncio.get_running_loop().create_task(self._start(routed, request, args))
+        self._task = loop.create_task(self._start(routed, request, args))
+
+    def _wake(self) -> None:
+        if not self._woken.done():
+            self._woken.set_result(None)
 
     async def _start(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def tell() -> None:
-            if not ready.done():
-                ready.set_result(None)
-        if routed._channel._router.when_ready(tell):
+        router = routed._channel._router
+        if router.when_ready(self._wake):
             left = self._deadline - monotonic()
             try:
-                await asyncio.wait_for(ready, None if left == math.inf else max(0.0, left))
+                await asyncio.wait_for(asyncio.shield(self._woken), None if left == math.inf else max(0.0, left))
             except asyncio.TimeoutError:
                 self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
+        if router.closed and self._error is None:
+            self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
         if self._error is None and not self._cancelled:
             try:
                 method = routed._route(args[1])
@@ -174,6 +178,7 @@ class _Pending:
         self._cancelled = True
         self._error = aio.AioRpcError(grpc.StatusCode.CANCELLED, aio.Metadata(), aio.Metadata(),
                                       "Locally cancelled by application!", None)
+        self._wake()
         return True
 
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:

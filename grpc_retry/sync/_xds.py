@@ -17,6 +17,7 @@ from grpc_retry import _bases as bases
 from grpc_retry._backends import SyncSubchannels
 from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
+from grpc_retry._driver import CLOSED_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._routing import RoutedMethod, bounded
@@ -49,6 +50,8 @@ class _Routed(RoutedMethod):
             if routed is None:
                 if not router.wait(timeout):
                     return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
+                if router.closed:
+                    return local_error(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
                 routed = router.route(self._method, metadata)
             assert routed is not None
             return self.method_of(routed)

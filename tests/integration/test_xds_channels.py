@@ -482,3 +482,16 @@ def test_a_route_policy_with_a_zero_back_off_fails_its_calls(client: Any, plane:
     outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
     assert outcome.code == grpc.StatusCode.UNAVAILABLE and "retry_back_off" in (outcome.details or "")
     assert backends[0].attempts == []
+
+
+def test_a_call_waiting_for_the_first_config_ends_when_the_channel_closes(client: Any, plane: ControlPlane) -> None:
+    channel = client.channel("xds:///svc")  # (no route config: no config comes)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(channel.unary, UNARY, b"x")  # no deadline
+        router = channel.raw._router
+        deadline = time.monotonic() + 10  # (no event tells that the call waits: polled)
+        while not (router._waiters or router._ready._waiters) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        channel.close()
+        outcome = pending.result(10)
+    assert (outcome.code, outcome.details) == (grpc.StatusCode.CANCELLED, "Channel closed!")

@@ -145,9 +145,10 @@ class XdsRouter:
         return mapped
 
     def wait(self, timeout: Optional[float]) -> bool:
-        """(Sync.) Wait for the first config or error; False if `timeout` passed first."""
+        """(Sync.) Wait for the first config or error, or the channel's close; False if `timeout` passed first."""
         with self._ready:
-            return self._ready.wait_for(lambda: self._config is not None or self._error is not None, timeout)
+            return self._ready.wait_for(
+                lambda: self._config is not None or self._error is not None or self.closed, timeout)
 
     def when_ready(self, callback: Callable[[], None]) -> bool:
         """Call `callback` (where configs are applied) once a config or an error comes; False: one has already."""
@@ -282,6 +283,10 @@ class XdsRouter:
             if self.closed:
                 return []
             self.closed = True
+            waiters, self._waiters = self._waiters, []
+            self._ready.notify_all()
+        for waiter in waiters:  # (the calls waiting for a config end: closed)
+            waiter()
         self._watcher.close()
         self._client.release()
         return [subchannels.close(*grace) for subchannels in self.subchannels() + self._retired]
