@@ -146,14 +146,21 @@ class _Pending:
         self._error = aio.AioRpcError(code, aio.Metadata(), aio.Metadata(), details, None)
 
     async def _ready(self) -> Any:
-        """The call it became; raises its error (or CancelledError) when it became none."""
+        """The call it became; its AioRpcError when it became none (cancelled: CANCELLED)."""
         await asyncio.shield(self._started)
         if self._call is not None:
             return self._call
-        if self._cancelled:
-            raise asyncio.CancelledError()
         assert self._error is not None
         raise self._error
+
+    async def _became(self) -> Any:
+        """As _ready, for what raises as a call does: asyncio.CancelledError once cancelled."""
+        try:
+            return await self._ready()
+        except aio.AioRpcError:
+            if self._cancelled:
+                raise asyncio.CancelledError() from None
+            raise
 
     # -- grpc.aio.Call --------------------------------------------------------------------------------------
 
@@ -206,8 +213,6 @@ class _Pending:
             return await (await self._ready()).code()  # type: ignore[no-any-return]
         except aio.AioRpcError as error:
             return error.code()
-        except asyncio.CancelledError:
-            return grpc.StatusCode.CANCELLED
 
     async def details(self) -> str:
         try:
@@ -222,7 +227,7 @@ class _Pending:
             return error.debug_error_string() or ""
 
     async def wait_for_connection(self) -> None:
-        await (await self._ready()).wait_for_connection()
+        await (await self._became()).wait_for_connection()
 
     # -- by cardinality ---------------------------------------------------------------------------------------
 
@@ -230,23 +235,23 @@ class _Pending:
         return self._response().__await__()
 
     async def _response(self) -> Any:
-        return await (await self._ready())
+        return await (await self._became())
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Any]:
-        async for response in await self._ready():
+        async for response in await self._became():
             yield response
 
     async def read(self) -> Any:
-        return await (await self._ready()).read()
+        return await (await self._became()).read()
 
     async def write(self, request: Any) -> None:
-        await (await self._ready()).write(request)
+        await (await self._became()).write(request)
 
     async def done_writing(self) -> None:
-        await (await self._ready()).done_writing()
+        await (await self._became()).done_writing()
 
 
 class _PendingUnaryUnary(_Pending, bases.AioUnaryUnaryCall):

@@ -495,3 +495,15 @@ def test_a_call_waiting_for_the_first_config_ends_when_the_channel_closes(client
         channel.close()
         outcome = pending.result(10)
     assert (outcome.code, outcome.details) == (grpc.StatusCode.CANCELLED, "Channel closed!")
+
+
+def test_an_asyncio_call_waiting_for_the_first_config_can_be_cancelled(plane: ControlPlane) -> None:
+    async def run() -> Any:
+        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config comes)
+            call = channel.unary_unary(UNARY)(b"x")
+            assert not call.done() and call.cancel() and call.cancelled()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            return await call.code(), await call.details()
+    assert asyncio.run(asyncio.wait_for(run(), 10)) == (grpc.StatusCode.CANCELLED,
+                                                        "Locally cancelled by application!")
