@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -79,5 +80,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
 
 
+def run() -> None:
+    """The command line (`python -m grpc_retry`, the `grpc-retry` script): main(), then exit with its status."""
+    code = main()
+    if sys.modules.get("grpc_retry._backends.xds.client") is not None:
+        # The xDS client's stream was grpcio's: one of grpcio's threads stopped by the interpreter's exit may hold
+        # that call's lock, which the call's __del__ then waits on for ever. The work is done: leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
