@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from time import monotonic
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 
 import grpc
 
@@ -174,8 +174,9 @@ class Subchannels:
     def live_addresses(self) -> List[str]:
         return list(dict.fromkeys(a for (a, _), slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN))
 
-    def failing(self, addresses: List[str]) -> bool:
-        """Whether every subchannel of `addresses` is in TRANSIENT_FAILURE (an xDS priority to fail over from)."""
+    def failing(self, addresses: Collection[str]) -> bool:
+        """Whether every subchannel of `addresses` (a set or dict: looked up per slot) is in TRANSIENT_FAILURE (an
+        xDS priority to fail over from)."""
         slots = [slot for (a, _), slot in list(self._slot_of.items()) if a in addresses]
         return bool(slots) and all(self.picker.state(slot) == TRANSIENT_FAILURE for slot in slots)
 

@@ -207,7 +207,7 @@ class XdsRouter:
             weights: Dict[str, float] = {}
             for endpoints in priorities:
                 weights.update(endpoints)
-                if not subchannels.failing(list(endpoints)):
+                if not subchannels.failing(endpoints):
                     break
             addresses = list(weights)
             if addresses == self._given.get(name):
