@@ -3,6 +3,7 @@ channel-wide replay budget, the throttle of its server name, and the calls in fl
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random
@@ -70,9 +71,7 @@ class ChannelState:
             return self
         view = self.routes.get(retry_policy)
         if view is None:
-            view = object.__new__(ChannelState)
-            for name in ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "watches"):
-                setattr(view, name, getattr(self, name))
+            view = copy.copy(self)  # (the same objects: calls, pool, throttle, telemetry...)
             view._policies, view._route_policy, view.routes = {}, retry_policy, {}
             view = self.routes.setdefault(retry_policy, view)
         return view
