@@ -197,7 +197,7 @@ def test_a_call_made_before_the_first_config_waits_for_it(client: Any, plane: Co
         assert pending.result(10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(method)) == 1
     # The call's place in its cluster's circuit breaker is given back when it ends (no event tells: polled).
-    gates = channel.raw._router._gates.values()
+    gates = [entry.gate for entry in channel.raw._router._clusters.values()]
     deadline = time.monotonic() + 5
     while any(gate._inflight for gate in gates) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -507,3 +507,26 @@ def test_an_asyncio_call_waiting_for_the_first_config_can_be_cancelled(plane: Co
             return await call.code(), await call.details()
     assert asyncio.run(asyncio.wait_for(run(), 10)) == (grpc.StatusCode.CANCELLED,
                                                         "Locally cancelled by application!")
+
+
+def test_new_weights_for_the_same_endpoints_apply(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    def localities(first: int) -> Callable[[Any], None]:
+        def edit(message: Any) -> None:
+            assign(message, "c1", backends[:1])
+            message.endpoints[0].load_balancing_weight.value = first
+            second = message.endpoints.add()
+            second.CopyFrom(message.endpoints[0])
+            second.locality.zone, second.load_balancing_weight.value = "z2", 1
+            second.lb_endpoints[0].CopyFrom(lb_endpoint("127.0.0.1", backends[1].port))
+        return edit
+    plane.set(cluster())
+    plane.set(endpoints(localities(1)))
+    plane.set(route_config())
+    channel = client.channel("xds:///svc")
+    assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+    plane.wait_answer("channels", ENDPOINTS, plane.set(endpoints(localities(3))))
+    before = calls_on(backends[:2])
+    for _ in range(400):
+        assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+    share = (calls_on(backends[:2])[0] - before[0]) / 400
+    assert 0.67 <= share <= 0.83, share

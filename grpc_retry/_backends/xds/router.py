@@ -69,6 +69,18 @@ class Gate:
             self._inflight -= 1
 
 
+@dataclasses.dataclass
+class _Cluster:
+    """One cluster of the channel: its subchannels (and what they were made for), its Gate, and, for EDS, its
+    endpoints with their weights per priority and those its subchannels were last given."""
+
+    subchannels: Any
+    made: Tuple[Any, ...]
+    gate: Gate = dataclasses.field(default_factory=Gate)
+    priorities: Optional[List[Dict[str, float]]] = None
+    given: Optional[Dict[str, float]] = None
+
+
 class XdsRouter:
     def __init__(self, target: str, options: RetryOptions, make: MakeSubchannels,
                  where: Callable[[], Callable[[Callable[[], None]], None]]) -> None:
@@ -84,12 +96,8 @@ class XdsRouter:
         self._config: Optional[XdsConfig] = None
         self._error: Optional[str] = None  # why there is no config (none yet: None)
         self._waiters: List[Callable[[], None]] = []  # one-shot: told when a config or an error first comes
-        self._clusters: Dict[str, Any] = {}  # cluster name -> its Subchannels (kept while the channel lives)
-        self._gates: Dict[str, Gate] = {}  # cluster name -> its Gate
-        self._made: Dict[str, Tuple[Any, ...]] = {}  # cluster name -> what its subchannels were made for
-        self._retired: List[Any] = []  # subchannels of clusters since changed, closed with the channel
-        self._priorities: Dict[str, List[Dict[str, float]]] = {}  # EDS cluster -> endpoints: weights, per priority
-        self._given: Dict[str, List[str]] = {}  # EDS cluster -> the addresses its subchannels were last given
+        self._clusters: Dict[str, _Cluster] = {}  # by name (kept while the channel lives)
+        self._retired: List[_Cluster] = []  # clusters since changed, whose subchannels close with the channel
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44, mapped once per policy
         self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
@@ -124,14 +132,14 @@ class XdsRouter:
         cluster = route.pick_cluster()
         if cluster is None:
             raise RouteError(NO_ACTION)
-        subchannels = self._clusters.get(cluster)
-        if subchannels is None:
+        entry = self._clusters.get(cluster)
+        if entry is None:
             raise RouteError(f"CDS resource {cluster!r} does not exist")
         policy = config.virtual_host.retry_policy_of(route)
         limit = route.max_stream_duration
         if limit is None:
             limit = config.listener.max_stream_duration
-        return subchannels, None if policy is None else self._mapped(policy), self._gates[cluster], limit or None
+        return entry.subchannels, None if policy is None else self._mapped(policy), entry.gate, limit or None
 
     def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
         """A44. RouteError for a policy gRPC's resolver cannot turn into a service config (a zero back-off)."""
@@ -164,58 +172,51 @@ class XdsRouter:
         if self.closed:
             return
         for name, cluster in config.clusters.items():
-            subchannels = self._clusters.get(name)
-            gate = self._gates.get(name)
-            if gate is None:
-                gate = self._gates[name] = Gate()
-            gate.max_requests = cluster.max_requests
-            assignment = config.endpoints.get(name)
-            gate.drops = () if assignment is None else assignment.drops
             made = (cluster.kind, cluster.dns_target, cluster.outlier_detection)
-            if subchannels is not None and self._made[name] != made:
+            entry = self._clusters.get(name)
+            if entry is not None and entry.made != made:
                 # Made otherwise: new calls get new subchannels; the old ones' attempts end, then they close.
-                subchannels.assign([], f"cluster {name!r} was changed")
-                self._retired.append(subchannels)
-                self._given.pop(name, None)
-                subchannels = None
-            if subchannels is None:
-                subchannels = self._clusters[name] = self._subchannels(name, cluster)
-                self._made[name] = made
-                subchannels.watch(lambda n=name: self._fail_over(n))
+                entry.priorities = None
+                entry.subchannels.assign([], f"cluster {name!r} was changed")
+                self._retired.append(entry)
+                entry = None
+            if entry is None:
+                entry = self._clusters[name] = _Cluster(self._subchannels(cluster), made)
+                entry.subchannels.watch(lambda n=name, e=entry: self._fail_over(n, e))
                 for watcher in list(self._watchers):
-                    subchannels.watch(watcher)
+                    entry.subchannels.watch(watcher)
+            assignment = config.endpoints.get(name)
+            entry.gate.max_requests = cluster.max_requests
+            entry.gate.drops = () if assignment is None else assignment.drops
             if cluster.kind == "EDS":
-                self._priorities[name] = _priorities(config.endpoints.get(name))
-                self._given.pop(name, None)
-                self._fail_over(name)
+                entry.priorities = _priorities(assignment)
+                self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
-                subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
-        for name in list(self._clusters):
+                entry.subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
+        for name, entry in list(self._clusters.items()):
             if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
-                self._priorities[name] = []
-                self._fail_over(name)
+                entry.priorities = []
+                self._fail_over(name, entry)
         self._tell(config, None)
 
-    def _fail_over(self, name: str) -> None:
+    def _fail_over(self, name: str, entry: _Cluster) -> None:
         """Give an EDS cluster's subchannels the endpoints of its first priority, and of each next one while every
         subchannel of those before is failing (on each change of theirs, and of the endpoints)."""
         with self._failover:
-            priorities = self._priorities.get(name)
-            if priorities is None or self.closed:
+            if entry.priorities is None or self.closed:
                 return
-            subchannels = self._clusters[name]
             weights: Dict[str, float] = {}
-            for endpoints in priorities:
+            for endpoints in entry.priorities:
                 weights.update(endpoints)
-                if not subchannels.failing(endpoints):
+                if not entry.subchannels.failing(endpoints):
                     break
-            addresses = list(weights)
-            if addresses == self._given.get(name):
+            if weights == entry.given:
                 return
-            self._given[name] = addresses
-            subchannels.assign(addresses, None if addresses else f"cluster {name!r} has no endpoints", weights)
+            entry.given = weights
+            entry.subchannels.assign(list(weights), None if weights else f"cluster {name!r} has no endpoints",
+                                     weights)
 
-    def _subchannels(self, name: str, cluster: Any) -> Any:
+    def _subchannels(self, cluster: Any) -> Any:
         config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
                                      outlier_detection=cluster.outlier_detection)
         options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
@@ -245,7 +246,7 @@ class XdsRouter:
     # -- the channel's ------------------------------------------------------------------------------------------
 
     def subchannels(self) -> List[Any]:
-        return list(self._clusters.values())
+        return [entry.subchannels for entry in self._clusters.values()]
 
     def watch(self, watcher: Callable[[], None], add: bool = True) -> None:
         """A connectivity subscriber, told of every change of any cluster's subchannels (and of the config)."""
@@ -289,7 +290,8 @@ class XdsRouter:
             waiter()
         self._watcher.close()
         self._client.release()
-        return [subchannels.close(*grace) for subchannels in self.subchannels() + self._retired]
+        return [subchannels.close(*grace)
+                for subchannels in self.subchannels() + [entry.subchannels for entry in self._retired]]
 
 
 def _priorities(assignment: Any) -> List[Dict[str, float]]:
