@@ -41,10 +41,10 @@ _NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 class _Routed(RoutedMethod):
     __slots__ = ()
 
-    def _route(self, metadata: Metadata) -> Any:
-        """The call's method and its cluster's Gate, admitted; None before the first config. RouteError: it
-        cannot be sent."""
-        routed = self._channel._router.route(self._method, metadata)
+    def _route(self, metadata: Metadata, wait_for_ready: bool) -> Any:
+        """The call's method and its cluster's Gate, admitted; None before the first config (or error: a call
+        that waits for ready waits through those, as grpcio's does). RouteError: it cannot be sent."""
+        routed = self._channel._router.route(self._method, metadata, wait_for_ready)
         return None if routed is None else self.method_of(routed)
 
     @staticmethod
@@ -68,7 +68,7 @@ class _Routed(RoutedMethod):
             raise aio.UsageError("Channel is closed.")
         args = (timeout, metadata, credentials, wait_for_ready, compression)
         try:
-            routed = self._route(metadata)
+            routed = self._route(metadata, bool(wait_for_ready))
         except RouteError as error:
             return _PENDING[self._kind](self, request, args, str(error))
         if routed is None:
@@ -118,7 +118,7 @@ class _Pending:
 
     async def _start(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
         router = routed._channel._router
-        if router.when_ready(self._wake):
+        if router.when_ready(self._wake, bool(args[3])):
             left = self._deadline - monotonic()
             try:
                 await asyncio.wait_for(asyncio.shield(self._woken), None if left == math.inf else max(0.0, left))
@@ -128,7 +128,7 @@ class _Pending:
             self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
         if self._error is None and not self._cancelled:
             try:
-                method = routed._route(args[1])
+                method = routed._route(args[1], bool(args[3]))
             except RouteError as error:
                 self._fail(grpc.StatusCode.UNAVAILABLE, str(error))
             else:

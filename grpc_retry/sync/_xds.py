@@ -39,20 +39,21 @@ _NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 class _Routed(RoutedMethod):
     __slots__ = ()
 
-    def _for(self, timeout: Optional[float], metadata: Metadata) -> Any:
-        """The call's method and its cluster's Gate, admitted; or the RpcError the call fails with."""
+    def _for(self, timeout: Optional[float], metadata: Metadata, wait_for_ready: bool) -> Any:
+        """The call's method and its cluster's Gate, admitted; or the RpcError the call fails with. A call that
+        waits for ready waits for a config through the errors that come before it, as grpcio's does."""
         channel = self._channel
         if channel._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         router = channel._router
         try:
-            routed = router.route(self._method, metadata)
+            routed = router.route(self._method, metadata, wait_for_ready)
             if routed is None:
-                if not router.wait(timeout):
+                if not router.wait(timeout, wait_for_ready):
                     return local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
                 if router.closed:
                     return local_error(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
-                routed = router.route(self._method, metadata)
+                routed = router.route(self._method, metadata, wait_for_ready)
             assert routed is not None
             return self.method_of(routed)
         except RouteError as error:
@@ -64,7 +65,7 @@ class _Routed(RoutedMethod):
         others return it (a frozen error is a finished future and call too). The cluster's gate is released when
         the call ends."""
         started = monotonic()
-        routed = self._for(timeout, metadata)
+        routed = self._for(timeout, metadata, bool(wait_for_ready))
         blocking = name != "future" and self._kind in ("unary_unary", "stream_unary")
         if isinstance(routed, RpcError):
             if blocking:

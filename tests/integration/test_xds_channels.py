@@ -27,7 +27,7 @@ from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2 
 from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
-from support.control_plane import CLUSTER, ENDPOINTS, ROUTE, ControlPlane  # noqa: E402
+from support.control_plane import CLUSTER, ENDPOINTS, LISTENER, ROUTE, ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
 
 import grpc_retry  # noqa: E402
@@ -530,3 +530,24 @@ def test_new_weights_for_the_same_endpoints_apply(client: Any, plane: ControlPla
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     share = (calls_on(backends[:2])[0] - before[0]) / 400
     assert 0.67 <= share <= 0.83, share
+
+
+def test_a_call_waiting_for_ready_waits_through_the_errors_before_a_config(client: Any, plane: ControlPlane,
+                                                                          backends: List[Backend]) -> None:
+    """The Listener is deleted before any config: a call fails UNAVAILABLE with that error, one that waits for
+    ready waits for the config that comes next, as on grpcio."""
+    channel = client.channel("xds:///svc")
+    plane.wait_for(lambda: plane.streams() == 1, what="the channel's ADS stream")
+    plane.wait_answer("channels", LISTENER, plane.remove(LISTENER, "svc"))
+    outcome = channel.unary(UNARY, b"x", timeout=10)
+    assert outcome.code == grpc.StatusCode.UNAVAILABLE and "does not exist" in (outcome.details or "")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(channel.unary, UNARY, b"x", timeout=10, wait_for_ready=True)
+        router = channel.raw._router
+        deadline = time.monotonic() + 10  # (no event tells that the call waits: polled)
+        while not (router._waiters or router._ready._waiters) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not waiting.done()
+        plane.set(listener())
+        serve(plane, {"c1": backends[:1]})
+        assert waiting.result(10).code == grpc.StatusCode.OK

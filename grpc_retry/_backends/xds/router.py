@@ -95,7 +95,8 @@ class XdsRouter:
         self._ready = threading.Condition(self._lock)
         self._config: Optional[XdsConfig] = None
         self._error: Optional[str] = None  # why there is no config (none yet: None)
-        self._waiters: List[Callable[[], None]] = []  # one-shot: told when a config or an error first comes
+        self._waiters: List[Tuple[Callable[[], None], bool]] = []  # one-shot: (callback, patient), told when the
+        # first config or error comes (patient ones: config), or the channel closes
         self._clusters: Dict[str, _Cluster] = {}  # by name (kept while the channel lives)
         self._retired: List[_Cluster] = []  # clusters since changed, whose subchannels close with the channel
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
@@ -111,15 +112,16 @@ class XdsRouter:
 
     # -- per call -----------------------------------------------------------------------------------------------
 
-    def route(self, method: str,
-              metadata: Optional[Sequence[Tuple[str, Any]]]) -> Optional[Tuple[Any, Any, Gate, Optional[float]]]:
+    def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]],
+              patient: bool = False) -> Optional[Tuple[Any, Any, Gate, Optional[float]]]:
         """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies), the
         cluster's Gate (the caller admits the call) and the longest the call may last (A31: the route's
         max_stream_duration, else its Listener's; None: no limit); None while the channel has had neither a
-        config nor an error. RouteError: the call cannot be sent."""
+        config nor an error (or no config, for a `patient` call: one that waits for ready). RouteError: the call
+        cannot be sent."""
         config = self._config
         if config is None:
-            if self._error is not None:
+            if self._error is not None and not patient:
                 raise RouteError(self._error)
             return None
         headers: Dict[str, str] = {}
@@ -152,19 +154,23 @@ class XdsRouter:
             self._policies[policy] = mapped
         return mapped
 
-    def wait(self, timeout: Optional[float]) -> bool:
-        """(Sync.) Wait for the first config or error, or the channel's close; False if `timeout` passed first."""
+    def wait(self, timeout: Optional[float], patient: bool = False) -> bool:
+        """(Sync.) Wait for the first config or error (`patient`: config), or the channel's close; False if
+        `timeout` passed first."""
         with self._ready:
-            return self._ready.wait_for(
-                lambda: self._config is not None or self._error is not None or self.closed, timeout)
+            return self._ready.wait_for(lambda: self._has_answer(patient) or self.closed, timeout)
 
-    def when_ready(self, callback: Callable[[], None]) -> bool:
-        """Call `callback` (where configs are applied) once a config or an error comes; False: one has already."""
+    def when_ready(self, callback: Callable[[], None], patient: bool = False) -> bool:
+        """Call `callback` (where configs are applied) once a config or an error (`patient`: a config) comes, or
+        the channel closes; False: one has already."""
         with self._lock:
-            if self._config is None and self._error is None:
-                self._waiters.append(callback)
+            if not self._has_answer(patient):
+                self._waiters.append((callback, patient))
                 return True
         return False
+
+    def _has_answer(self, patient: bool) -> bool:
+        return self._config is not None or (self._error is not None and not patient)
 
     # -- what the control plane says ----------------------------------------------------------------------------
 
@@ -233,7 +239,8 @@ class XdsRouter:
                 self._config, self._error = config, None
             elif self._config is None:
                 self._error = error  # (a config standing keeps serving)
-            waiters, self._waiters = self._waiters, []
+            waiters = [callback for callback, patient in self._waiters if self._has_answer(patient)]
+            self._waiters = [(callback, patient) for callback, patient in self._waiters if callback not in waiters]
             self._ready.notify_all()
         for waiter in waiters:
             waiter()
@@ -286,7 +293,7 @@ class XdsRouter:
             self.closed = True
             waiters, self._waiters = self._waiters, []
             self._ready.notify_all()
-        for waiter in waiters:  # (the calls waiting for a config end: closed)
+        for waiter, _ in waiters:  # (the calls waiting for a config end: closed)
             waiter()
         self._watcher.close()
         self._client.release()
