@@ -537,7 +537,7 @@ def test_a_call_waiting_for_ready_waits_through_the_errors_before_a_config(clien
     """The Listener is deleted before any config: a call fails UNAVAILABLE with that error, one that waits for
     ready waits for the config that comes next, as on grpcio."""
     channel = client.channel("xds:///svc")
-    plane.wait_for(lambda: plane.streams() == 1, what="the channel's ADS stream")
+    plane.wait_answer("channels", LISTENER, 1)  # (held: removed, it is deleted, not merely never sent)
     plane.wait_answer("channels", LISTENER, plane.remove(LISTENER, "svc"))
     outcome = channel.unary(UNARY, b"x", timeout=10)
     assert outcome.code == grpc.StatusCode.UNAVAILABLE and "does not exist" in (outcome.details or "")
@@ -551,3 +551,32 @@ def test_a_call_waiting_for_ready_waits_through_the_errors_before_a_config(clien
         plane.set(listener())
         serve(plane, {"c1": backends[:1]})
         assert waiting.result(10).code == grpc.StatusCode.OK
+
+
+def test_a_sync_future_or_stream_made_before_the_first_config_is_returned_at_once(
+        plane: ControlPlane, backends: List[Backend]) -> None:
+    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
+        future = channel.unary_unary(UNARY).future(b"x", timeout=10)
+        stream = channel.unary_stream(SERVER_STREAM)(b"x", timeout=10)
+        cancelled = channel.unary_unary(UNARY).future(b"x", timeout=10)
+        late = channel.unary_unary(UNARY).future(b"x", timeout=0.2)
+        told = threading.Event()
+        future.add_done_callback(lambda _: told.set())
+        assert not future.done() and future.running() and stream.is_active()
+        assert cancelled.cancel() and cancelled.cancelled() and cancelled.code() == grpc.StatusCode.CANCELLED
+        with pytest.raises(grpc.RpcError) as ended:
+            late.result()
+        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        serve(plane, {"c1": backends[:1]})
+        assert future.result(10) == b"x" and told.wait(10)
+        assert list(stream) == [b"x#0", b"x#1", b"x#2"] and stream.code() == grpc.StatusCode.OK
+    assert len(backends[0].attempts) == 2
+
+
+def test_a_sync_stream_no_route_takes_raises_as_it_is_read(plane: ControlPlane, backends: List[Backend]) -> None:
+    serve(plane, {"c1": backends[:1]}, lambda config: config.virtual_hosts[0].routes[0].match.CopyFrom(
+        route_components_pb2.RouteMatch(prefix="/other.Service/")))
+    with grpc_retry.insecure_channel("xds:///svc") as channel:
+        with pytest.raises(grpc.RpcError) as ended:
+            list(channel.unary_stream(SERVER_STREAM)(b"x", timeout=10))
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
