@@ -126,6 +126,7 @@ def test_without_a_route_policy_the_channels_service_config_applies(client: Any,
     assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.mark.slow  # (a timed scenario with servers: run on 3.11 only, tox.ini)
 def test_weighted_clusters_share_calls_by_weight(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
     def weighted(config: Any) -> None:
         action = config.virtual_hosts[0].routes[0].route
@@ -232,6 +233,7 @@ def test_calls_fail_over_to_the_next_priority_while_every_endpoint_of_the_first_
     assert len(backends[0].attempts_of(UNARY)) == 5
 
 
+@pytest.mark.slow  # (a timed scenario with servers: run on 3.11 only, tox.ini)
 def test_endpoints_added_and_removed_under_load(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
     """8 calls in flight all along: no call fails; an added endpoint takes calls; a removed one gets no new call
     3 s after its removal was sent."""
@@ -449,6 +451,7 @@ def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: Control
     assert grpc.channel_ready_future(channel.channel).result(timeout=10) is None
 
 
+@pytest.mark.slow  # (a timed scenario with servers: run on 3.11 only, tox.ini)
 def test_localities_and_endpoints_share_calls_by_weight(client: Any, plane: ControlPlane,
                                                        backends: List[Backend]) -> None:
     """Localities of weights 3 and 1, of one endpoint and of two of weights 1 and 3: 75% of the calls to the
@@ -509,6 +512,7 @@ def test_an_asyncio_call_waiting_for_the_first_config_can_be_cancelled(plane: Co
                                                         "Locally cancelled by application!")
 
 
+@pytest.mark.slow  # (a timed scenario with servers: run on 3.11 only, tox.ini)
 def test_new_weights_for_the_same_endpoints_apply(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
     def localities(first: int) -> Callable[[Any], None]:
         def edit(message: Any) -> None:
