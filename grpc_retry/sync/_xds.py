@@ -180,6 +180,12 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
             raise grpc.FutureTimeoutError()
         return self._target
 
+    def _within(self, name: str, timeout: Optional[float]) -> Any:
+        """The call's future method `name`, given what is left of `timeout` once the call exists."""
+        started = monotonic()
+        call = self._call(timeout)
+        return getattr(call, name)(None if timeout is None else max(0.0, timeout - (monotonic() - started)))
+
     # -- grpc.Future --------------------------------------------------------------------------------------------
 
     def cancel(self) -> bool:
@@ -197,19 +203,13 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
         return self._target is not None and bool(self._target.done())
 
     def result(self, timeout: Optional[float] = None) -> Any:
-        started = monotonic()
-        call = self._call(timeout)
-        return call.result(None if timeout is None else max(0.0, timeout - (monotonic() - started)))
+        return self._within("result", timeout)
 
     def exception(self, timeout: Optional[float] = None) -> Optional[Exception]:
-        started = monotonic()
-        call = self._call(timeout)
-        return call.exception(None if timeout is None else max(0.0, timeout - (monotonic() - started)))  # type: ignore[no-any-return]
+        return self._within("exception", timeout)  # type: ignore[no-any-return]
 
     def traceback(self, timeout: Optional[float] = None) -> Any:
-        started = monotonic()
-        call = self._call(timeout)
-        return call.traceback(None if timeout is None else max(0.0, timeout - (monotonic() - started)))
+        return self._within("traceback", timeout)
 
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         with self._lock:
