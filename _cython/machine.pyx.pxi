@@ -102,6 +102,14 @@ ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WA
 ORIGINAL, RETRY, HEDGE, TRANSPARENT = range(4)
 COMMIT_ANSWER, COMMIT_OVERFLOW = range(2)
 
+# Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
+# (grpcio can report the first before the second): silence this long after them means real ones.
+cdef double _HEADERS_GRACE = 0.05
+# Headers that commit a call this long before its status were sent ahead of its response (`headers_ahead`).
+cdef double _EARLY_HEADERS = 0.02
+HEADERS_GRACE = _HEADERS_GRACE
+EARLY_HEADERS = _EARLY_HEADERS
+
 # Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
 NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
 REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
@@ -164,6 +172,7 @@ cdef class CallMachine:
         self._births = picker.births
         self._messages = []
         self._last_start = -INFINITY
+        self._heard_at = -1.0
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -216,9 +225,29 @@ cdef class CallMachine:
         self._write_more(out)
         return out
 
-    cpdef list headers(self, int n, double now):
-        """Attempt n received response headers (not a Trailers-Only response): the call commits to it."""
-        return self._answered(n, "headers", now)
+    cpdef list headers(self, int n, double now, bint empty=False):
+        """Attempt n received response headers. With metadata they commit the call to it. Empty ones are real
+        headers or a Trailers-Only response: they stop the attempt's perAttemptRecvTimeout, and commit the call
+        once HEADERS_GRACE of silence has followed them (seen by the timer while other attempts are out, else by
+        the attempt's status or the call's next timer), unless its first message commits it before."""
+        cdef _Attempt a
+        cdef bint timed
+        if not empty:
+            out = self._answered(n, "headers", now)
+            if self.winner == n and self._heard_at < 0:
+                self._heard_at = now
+            return out
+        a = self._live(n, "headers")
+        out = []
+        timed = a.recv_by != INFINITY
+        a.recv_by = INFINITY
+        if self.winner != n and a.quiet_until == INFINITY:
+            a.quiet_until = now + _HEADERS_GRACE
+            self._quiet += 1
+            timed = timed or self.live > 1
+        if timed:
+            self._set_timer(self._wake_at(now), out)
+        return out
 
     cpdef list message(self, int n, double now):
         """Attempt n received its first response message: the call commits to it."""
@@ -242,8 +271,14 @@ cdef class CallMachine:
         self._timed_out_last = False
         if self.live == 0:
             self._idle_since = now
-        if got_headers and self.winner != n:
-            self._answer(n, a, now, out)
+        if self.winner != n:
+            if got_headers:
+                self._answer(n, a, now, out)
+            elif a.quiet_until <= now:  # its silence after empty headers lasted: it answered
+                self.headers_ahead = True
+                self._answer(n, a, a.quiet_until - _HEADERS_GRACE, out)
+        elif self._heard_at >= 0 and now - self._heard_at >= _EARLY_HEADERS:
+            self.headers_ahead = True
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
         if self.picker.counting:  # outlier detection: the backend's result (one that never left us is not)
@@ -420,6 +455,20 @@ cdef class CallMachine:
                     hedge.record_censored(now - other.started, now)
         self._commit_to(n, out)
 
+    cdef void _silence_lasted(self, double now, list out) except *:
+        # The attempt whose silence after empty headers lasted first answered then: the call commits to it.
+        cdef int i, first = -1
+        cdef _Attempt a
+        for i in range(len(self._attempts)):
+            a = <_Attempt>self._attempts[i]
+            if a.live and a.quiet_until <= now and (
+                    first < 0 or a.quiet_until < (<_Attempt>self._attempts[first]).quiet_until):
+                first = i
+        if first >= 0:
+            a = <_Attempt>self._attempts[first]
+            self.headers_ahead = True
+            self._answer(first, a, a.quiet_until - _HEADERS_GRACE, out)
+
     cdef _Attempt _live(self, int n, str event):
         if self.state == DONE or n < 0 or n >= len(self._attempts) or not (<_Attempt>self._attempts[n]).live:
             self._impossible(f"{event}({n})")
@@ -547,6 +596,8 @@ cdef class CallMachine:
         cdef int address, i = 0
         cdef bint blocked = False
         cdef long generation = self.picker.generation  # before looking: no change slips by a WAIT
+        if self._quiet and not self.committed:
+            self._silence_lasted(now, out)
         if self.live == 0 and now >= self.deadline:
             self._end(out, A_END, STATUS_DEADLINE_EXCEEDED, R_DEADLINE, now)
             return
@@ -635,6 +686,11 @@ cdef class CallMachine:
             for a in self._attempts:
                 if a.live and a.recv_by < at:
                     at = a.recv_by
+        if self._quiet and self.live > 1 and not self.committed:
+            # An attempt out alone needs no timer for its silence: the next timer or its status sees it.
+            for a in self._attempts:
+                if a.live and a.quiet_until < at:
+                    at = a.quiet_until
         return at
 
     cdef void _set_timer(self, double at, list out) except *:
@@ -671,6 +727,7 @@ cdef class CallMachine:
         a.born = self.picker._born[address]
         a.started = now
         a.recv_by = now + self.recv_timeout
+        a.quiet_until = INFINITY
         a.live = True
         self._attempts.append(a)
         self._used = self._used | (1 << address)

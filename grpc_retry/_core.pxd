@@ -113,6 +113,7 @@ cdef class _Attempt:
     cdef long born          # ... and which address the slot held (picker.born)
     cdef double started     # when
     cdef double recv_by     # its perAttemptRecvTimeout is due then (inf: none, or it has answered)
+    cdef double quiet_until  # its empty headers' silence commits the call then (inf: none came)
     cdef long sent          # messages it has written
     cdef bint live
     cdef bint writing       # a WRITE is out, not yet answered by wrote()
@@ -174,12 +175,15 @@ cdef class CallMachine:
     cdef readonly int reason
     cdef bint _overflowed       # committed because the replay buffer overflowed
     cdef double _last_start
+    cdef double _heard_at       # when headers with metadata committed the call (-1: they did not)
+    cdef int _quiet             # attempts whose empty headers came
+    cdef readonly bint headers_ahead  # the winner answered well before its status: see HeadersWatch
     cdef public list notes      # decisions, for telemetry (None: not kept)
     cpdef list start(self, double now, object request=*)
     cpdef list send_message(self, bytes data, double now)
     cpdef list half_close(self, double now)
     cpdef list wrote(self, int n, double now)
-    cpdef list headers(self, int n, double now)
+    cpdef list headers(self, int n, double now, bint empty=*)
     cpdef list message(self, int n, double now)
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now, bint got_headers=*)
     cpdef list timer(self, double now)
@@ -191,6 +195,7 @@ cdef class CallMachine:
     cdef _impossible(self, str event)
     cdef list _answered(self, int n, str event, double now)
     cdef void _answer(self, int n, _Attempt a, double now, list out) except *
+    cdef void _silence_lasted(self, double now, list out) except *
     cdef _Attempt _live(self, int n, str event)
     cdef void _buffer(self, bytes data, double now, list out) except *
     cdef void _overflow(self, double now, list out) except *

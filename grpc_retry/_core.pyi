@@ -34,6 +34,8 @@ HEDGE: int
 TRANSPARENT: int
 COMMIT_ANSWER: int
 COMMIT_OVERFLOW: int
+HEADERS_GRACE: float
+EARLY_HEADERS: float
 PICK_FIRST: int
 ROUND_ROBIN: int
 BUCKET_ERROR: float
@@ -167,6 +169,7 @@ class CallMachine:
     transparent_retries: int
     recv_timeouts: int
     recv_timeout_ended: bool
+    headers_ahead: bool
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]
@@ -177,7 +180,7 @@ class CallMachine:
     def send_message(self, data: bytes, now: float) -> List[Action]: ...
     def half_close(self, now: float) -> List[Action]: ...
     def wrote(self, n: int, now: float) -> List[Action]: ...
-    def headers(self, n: int, now: float) -> List[Action]: ...
+    def headers(self, n: int, now: float, empty: bool = False) -> List[Action]: ...
     def message(self, n: int, now: float) -> List[Action]: ...
     def status(self, n: int, code: int, details: Any, trailing_metadata: Any, now: float,
                got_headers: bool = False) -> List[Action]: ...

@@ -150,7 +150,7 @@ class AioAttempt:
         if headers_first:
             # The response's batch now: started only once the headers came, it would end a loop turn later. Both
             # are told as they complete, the headers first (a unary response most often comes with them: the end
-            # then follows at once; empty headers are judged by the driver only if silence follows them).
+            # then follows at once; empty headers commit only if silence follows them: the call machine).
             self._last = _Batch(call, response, loop, direct)
             try:
                 self._first = _Batch(call, sending + (headers,), loop, direct)

@@ -12,15 +12,12 @@ cdef class _Call(CallDriver):
     cdef public dict _attempts
     cdef public object _loop, _watched, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
-    cdef public object _callbacks, _watchers, _silent_n, _silent, _peek, _reads, _delivered, _style
-    cdef public long _heard_n
-    cdef public double _heard_at
+    cdef public object _callbacks, _watchers, _peek, _reads, _delivered, _style
     cpdef _refused(self, error)
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)
     cpdef _ended(self, n, attempt, answered)
     cpdef _headers_came(self, n, attempt)
-    cdef _time_silence(self)
     cpdef _headers_first_ended(self, n, attempt, response)
     cpdef _direct_ended(self, n, attempt, response)
     cpdef _cancel(self, details, code=*)

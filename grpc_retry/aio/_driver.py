@@ -46,7 +46,7 @@ from grpc_retry._grpc_internals import (
     aio_locally_cancelled,
     aio_status,
 )
-from grpc_retry._method import DESERIALIZE_FAILED, EARLY_HEADERS, UNDESERIALIZABLE
+from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry._transport.batches import EndWaiter
 from grpc_retry.aio import _timers
 
@@ -54,9 +54,6 @@ if TYPE_CHECKING:
     from grpc_retry._transport.direct_aio import AioAttempt
 
 _EOF = grpc.aio.EOF
-# Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
-# (grpc.aio can resolve the first a loop turn before the second). Silence this long after them means real ones.
-HEADERS_GRACE = 0.05
 # Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)
 TIMER_TURNS = 4
 _OK, _CANCELLED = grpc.StatusCode.OK, grpc.StatusCode.CANCELLED
@@ -69,8 +66,7 @@ class _Call(CallDriver):
         "_channel", "_loop", "_watched", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
         "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_silent_n", "_silent", "_heard_n", "_heard_at", "_peek", "_reads", "_delivered",
-        "_style", "__weakref__",
+        "_callbacks", "_watchers", "_peek", "_reads", "_delivered", "_style", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
@@ -105,13 +101,7 @@ class _Call(CallDriver):
         self._waiters: Optional[List[EndWaiter]] = None  # awaiting the end
         self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
-        self._watchers: Optional[Dict[int, Any]] = None  # hedges: each one's watcher task, or grace timer
-        # A hedged unary attempt out alone whose headers came empty, and when: its silence since is judged when
-        # the next hedge is due or it ends (a grace timer for each call would cost more than most calls' rest)
-        self._silent_n = -1
-        self._silent = 0.0
-        self._heard_n = -1      # the attempt whose headers committed the call, and when (Method.first_whole)
-        self._heard_at = 0.0
+        self._watchers: Optional[Dict[int, Any]] = None  # watched response streams: each attempt's watcher task
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
         self._delivered = False      # a response message reached the application
@@ -138,14 +128,10 @@ class _Call(CallDriver):
             self._refused(error)
             return
         self._attempts[n] = attempt
-        if self._silent_n >= 0:  # no longer out alone: its silence is timed from now on, as any attempt's
-            self._time_silence()
         if method.direct:  # a unary response
             if whole:
                 attempt.on_end = partial(self._direct_ended, n, attempt)
             elif self._watched:
-                if self._watchers is None:
-                    self._watchers = {}
                 attempt.on_headers = partial(self._headers_came, n, attempt)
                 attempt.on_end = partial(self._headers_first_ended, n, attempt)
             else:
@@ -196,14 +182,8 @@ class _Call(CallDriver):
     def _on_timer(self) -> None:
         self._timer = None
         if not self._done:
-            now = monotonic()
-            n = self._silent_n
-            if n >= 0 and now - self._silent >= HEADERS_GRACE and n in self._attempts and self._winner != n:
-                self._silent_n = -1  # its silence lasted: it won before the hedge was due
-                self._method.headers_early()
-                self._decide("headers", n, now)
-            elif self._machine.recv_timeout == INF:
-                self._decide("timer", now)
+            if self._machine.recv_timeout == INF:
+                self._decide("timer", monotonic())
             else:  # a timed attempt's: what came before it, on a busy loop, may be queued behind it
                 self._loop.call_soon(self._timer_after_queued, TIMER_TURNS)
 
@@ -218,7 +198,7 @@ class _Call(CallDriver):
         told = False
         for n, attempt in list(self._attempts.items()):
             if n != self._winner and aio_headers_came(attempt) and self._attempts.get(n) is attempt:
-                self._decide("headers", n, now)
+                self._decide("headers", n, now, not aio_initial_metadata(attempt))
                 told = True
         if self._done or self._machine.timer_at > now:  # (inf: disarmed; later: re-armed, its own timer to come)
             return
@@ -325,19 +305,17 @@ class _Call(CallDriver):
         metadata = await attempt.initial_metadata()
         if attempt.done() or self._attempts.get(n) is not attempt or self._winner == n:
             return  # ended, cancelled, or already the call's (overflow): the application reads it
-        if metadata:
-            self._decide("headers", n, monotonic())
+        self._decide("headers", n, monotonic(), not metadata)
+        if metadata or self._winner == n or self._attempts.get(n) is not attempt:
             return
-        # Empty headers: real ones, or a Trailers-Only response whose status is a loop turn behind. Read ahead
-        # (readers of n wait meanwhile): a message commits, the end does not, silence after the headers does.
-        grace = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
+        # Empty headers (the machine judges the silence after them): read ahead, as a message commits the call
+        # (readers of n wait meanwhile).
         if self._reads is None:
             self._reads = set()
         self._reads.add(n)
         try:
             message = await _read(attempt)
         finally:
-            grace.cancel()
             self._reads.discard(n)
             self._wake_readers()
         if message is not _EOF and self._attempts.get(n) is attempt:
@@ -345,11 +323,6 @@ class _Call(CallDriver):
                 self._decide("message", n, monotonic())
             if self._winner == n:
                 self._peek = message
-
-    def _silence(self, n: int, attempt: Any) -> None:
-        if self._attempts.get(n) is attempt and self._winner != n and not self._done:
-            self._method.headers_early()
-            self._decide("headers", n, monotonic())
 
     async def _watch(self, n: int, attempt: Any) -> None:
         """A hedge of a response stream: report its first answer, which commits the call, then its end."""
@@ -362,48 +335,20 @@ class _Call(CallDriver):
         self._ended(n, attempt, False)
 
     def _headers_came(self, n: int, attempt: AioAttempt) -> None:
-        """A hedged unary attempt's headers came (`_first_answer`, for the headers-first shape): headers commit the
-        call to it; empty ones may be a Trailers-Only response, so only its message or silence after them does."""
-        if self._attempts.get(n) is not attempt or self._winner == n:
-            return
-        if aio_initial_metadata(attempt):
-            now = monotonic()
-            self._heard_n = n
-            self._heard_at = now
-            self._decide("headers", n, now)
-        elif len(self._attempts) == 1:  # out alone: its silence is judged later (see _silent)
-            self._silent_n = n
-            self._silent = monotonic()
-        elif self._watchers is not None:  # (always, hedged)
-            self._watchers[n] = self._loop.call_later(HEADERS_GRACE, self._silence, n, attempt)
-
-    def _time_silence(self) -> None:
-        """Another attempt goes out: the silence of the one that was out alone commits when it has lasted."""
-        n, self._silent_n = self._silent_n, -1
-        attempt = self._attempts.get(n)
-        if attempt is not None and self._winner != n and self._watchers is not None:
-            left = HEADERS_GRACE - (monotonic() - self._silent)
-            self._watchers[n] = self._loop.call_later(max(left, 0.0), self._silence, n, attempt)
+        """A watched unary attempt's headers came (`_first_answer`, for the headers-first shape)."""
+        if self._attempts.get(n) is attempt and self._winner != n:
+            self._decide("headers", n, monotonic(), not aio_initial_metadata(attempt))
 
     def _headers_first_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
-        """A hedged unary attempt ended, with its response or EOF: its status goes to the machine, and a response
-        commits the call to it first (unless its headers did already): an OK status then delivers it."""
-        grace = None if self._watchers is None else self._watchers.pop(n, None)  # (no cast(): a Python call)
-        if grace is not None:
-            grace.cancel()
+        """A watched unary attempt ended, with its response or EOF: its status goes to the machine, and a
+        response commits the call to it first (unless its headers did already): an OK status then delivers it."""
         if self._attempts.get(n) is not attempt:
             return
-        if n == self._heard_n and monotonic() - self._heard_at >= EARLY_HEADERS:
-            self._method.headers_early()
-        if self._silent_n == n:
-            self._silent_n = -1
-            now = monotonic()
-            if response is _EOF and now - self._silent >= HEADERS_GRACE and self._winner != n:
-                self._method.headers_early()
-                self._decide("headers", n, now)  # its silence lasted: it won before it ended
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, response is not _EOF)
+        if self._machine.headers_ahead:
+            self._method.headers_early()
 
     def _direct_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
         """A unary-unary attempt as one batch (unhedged, or a hedged call's first: `_start`) ended, with its

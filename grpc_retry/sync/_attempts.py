@@ -32,9 +32,6 @@ _OK = grpc.StatusCode.OK
 _DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
 ENDED = object()  # an attempt's read found its end
 HALF_CLOSE = object()  # an attempt's requests are all sent
-# As the asyncio driver: silence this long after empty response headers means they were real headers, not a
-# Trailers-Only response whose status is a moment behind.
-HEADERS_GRACE = 0.05
 
 
 class _Attempts(CallDriver):

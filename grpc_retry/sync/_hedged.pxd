@@ -10,8 +10,7 @@ from grpc_retry.sync._attempts cimport _Attempts
 
 
 cdef class HedgedBlockingCall(_Attempts):
-    cdef public object _lock, _out, _timer_at, _silent, _handed, _ending, _ended, _changed
-    cdef public double _heard
+    cdef public object _lock, _out, _timer_at, _handed, _ending, _ended, _changed
     cdef public SyncHeadersFirstAttempt _attempt
     cdef public TimerHandle _timer
     cdef public object _local_details

@@ -23,10 +23,9 @@ import grpc
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
 from grpc_retry._grpc_internals import sync_response
-from grpc_retry._method import EARLY_HEADERS
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
-from grpc_retry.sync._attempts import HEADERS_GRACE, _Attempts
+from grpc_retry.sync._attempts import _Attempts
 from grpc_retry.sync._call import Call
 from grpc_retry.sync._status import FinishedCall
 
@@ -42,8 +41,8 @@ class HedgedBlockingCall(_Attempts):
     """A blocking unary-unary call with a hedging policy (see the module's text): attempt 0 on this thread, or
     the whole call handed to a Call."""
 
-    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_silent", "_heard", "_handed", "_ending",
-                 "_ended", "_changed", "_local_details", "_headers_first")
+    __slots__ = ("_lock", "_attempt", "_out", "_timer", "_timer_at", "_handed", "_ending", "_ended", "_changed",
+                 "_local_details", "_headers_first")
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, headers_first: bool = False) -> None:
@@ -53,8 +52,6 @@ class HedgedBlockingCall(_Attempts):
         self._out = False                   # ... and not yet ended
         self._timer: Any = None             # the TIMERS handle of the machine's timer
         self._timer_at = INF                # when the machine's timer is due, as last decided
-        self._silent = -1.0                 # when attempt 0's empty headers came (-1: they did not, or it ended)
-        self._heard = -1.0                  # ... or its headers with metadata (Method.first_whole)
         self._handed: Optional[Call] = None  # the Call that drives it now
         self._ending = False                # the machine has decided the end
         self._ended = False                 # ... and it is performed: the result is set
@@ -209,9 +206,7 @@ class HedgedBlockingCall(_Attempts):
     # -- events: decided under the lock --------------------------------------------------------------------------
 
     def _on_headers(self, attempt: Any) -> None:
-        """Attempt 0's headers (this thread polling it, or grpcio's spin thread): headers commit the call; empty
-        ones may be a Trailers-Only response, so only silence after them does (looked at by the timer and the
-        end: no timer of its own)."""
+        """Attempt 0's headers (this thread polling it, or grpcio's spin thread), for the machine."""
         lock = self._lock
         lock.acquire()
         try:
@@ -219,13 +214,8 @@ class HedgedBlockingCall(_Attempts):
             if handed is None:
                 if self._ending or not self._out:  # (not out: ended, or cancelled by its perAttemptRecvTimeout)
                     return
-                now = monotonic()
-                if not attempt.initial_metadata():
-                    self._silent = now
-                    return
-                self._heard = now
-                machine = self._machine
-                decided = self._decided(machine.headers(0, now) if machine.winner != 0 else [], True)
+                decided = self._decided(self._machine.headers(0, monotonic(), not attempt.initial_metadata()),
+                                        True)
         finally:
             lock.release()
         if handed is not None:
@@ -234,28 +224,21 @@ class HedgedBlockingCall(_Attempts):
             self._after(decided, attempt)
 
     def _on_end(self, attempt: Any) -> None:
-        """Attempt 0 ended: its response (or silence after empty headers) commits, then its status goes to the
-        machine."""
+        """Attempt 0 ended: its response commits, then its status goes to the machine."""
         lock = self._lock
         lock.acquire()
         try:
             handed = self._handed
             if handed is None:
-                out = self._out
-                silent, self._out, self._silent = self._silent, False, -1.0
+                out, self._out = self._out, False
                 if self._ending or not out:  # (not out: the machine cancelled it, for its perAttemptRecvTimeout)
                     return
                 machine = self._machine
                 now = monotonic()
-                if self._heard >= 0 and now - self._heard >= EARLY_HEADERS:
-                    self._method.headers_early()
                 actions: List[Action] = []
                 if machine.winner != 0:
                     if sync_response(attempt) is not None:
                         actions = machine.message(0, now)
-                    elif silent >= 0 and now - silent >= HEADERS_GRACE:
-                        self._method.headers_early()
-                        actions = machine.headers(0, now)  # its silence lasted: it won before it ended
                     elif attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
                         actions = machine.headers(0, now)
                 state = attempt._state  # (its own: sync_status() would copy it)
@@ -263,6 +246,8 @@ class HedgedBlockingCall(_Attempts):
                 decided = self._decided(actions + machine.status(0, 0 if code is _OK else code.value[0],
                                                                  state.details, state.trailing_metadata, now, False),
                                         False)
+                if machine.headers_ahead:
+                    self._method.headers_early()
         finally:
             lock.release()
         if handed is not None:
@@ -271,20 +256,17 @@ class HedgedBlockingCall(_Attempts):
             self._after(decided, attempt)
 
     def _due(self) -> None:
-        """The machine's timer (on the timer thread): a silence that lasted
-        commits; else the next hedge is due (or the deadline), which hands the call over."""
+        """The machine's timer (on the timer thread): the next hedge is due (or the deadline), which hands the
+        call over, unless attempt 0's silence after empty headers has committed the call."""
         with self._lock:
             now = monotonic()
             if self._ending or self._handed is not None or self._timer_at == INF or now < self._timer_at:
                 return  # (a timer superseded as it fired)
             self._timer = None
-            machine = self._machine
-            if self._silent >= 0 and now - self._silent >= HEADERS_GRACE and machine.winner != 0:
+            self._timer_at = INF
+            actions = self._machine.timer(now)
+            if self._machine.headers_ahead:
                 self._method.headers_early()
-                actions = machine.headers(0, now)
-            else:
-                self._timer_at = INF
-                actions = machine.timer(now)
             decided = self._decided(actions, self._out)
         self._after(decided, None)
 
@@ -316,13 +298,12 @@ class HedgedBlockingCall(_Attempts):
 
     def _hand_over(self, actions: List[Action], live: bool) -> None:
         """(Under the lock.) The call goes on as a Call, which takes the machine, attempt 0 (if `live`), the
-        timer armed and the silence noted, and performs `actions`; threads waiting here go on with it."""
+        timer armed, and performs `actions`; threads waiting here go on with it."""
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
         attempt = self._attempt if live else None
-        silent = self._silent if live and self._machine.winner != 0 else -1.0
-        self._handed = Call.adopting(self, actions, attempt, self._timer_at, silent)
+        self._handed = Call.adopting(self, actions, attempt, self._timer_at)
         if self._changed is not None:
             self._changed.notify_all()
 

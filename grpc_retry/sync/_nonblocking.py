@@ -21,7 +21,7 @@ import collections
 import threading
 from functools import partial
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, Type, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Type, TypeVar
 
 import grpc
 
@@ -38,13 +38,11 @@ from grpc_retry._driver import (
     INF,
     log,
 )
-from grpc_retry._method import EARLY_HEADERS
 from grpc_retry._timer import TIMERS
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._attempts import (
     ENDED,
     HALF_CLOSE,
-    HEADERS_GRACE,
     _Attempts,
     poll_elsewhere,
     read_message,
@@ -92,9 +90,6 @@ class _NonBlocking(_Attempts):
         self._peek: Any = None                # (n, first message of n), read before n won
         self._reads: Set[int] = set()         # attempts whose first message is being read before they won
         self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
-        self._graces: Dict[int, Any] = {}     # hedges with empty headers: their silence commits after this timer
-        self._silent: Optional[Tuple[int, float]] = None  # (n, since): the same, without a timer (_headers_came)
-        self._heard: Optional[Tuple[int, float]] = None  # (n, when) its headers with metadata came (_headers_came)
         self._timer: Any = None
         # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
         # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
@@ -124,12 +119,11 @@ class _NonBlocking(_Attempts):
             raise self._refusal        # the call site raises (the call has ended, INTERNAL)
 
     @classmethod
-    def adopting(cls: Type[_C], inline: Any, actions: List[Action], attempt: Any, timer_at: float,
-                 silent: float) -> _C:
+    def adopting(cls: Type[_C], inline: Any, actions: List[Action], attempt: Any, timer_at: float) -> _C:
         """(Under `inline`'s lock.) A blocking hedged call that its inline driver (sync/_hedged.py) hands over,
         with its machine's state: attempt 0 if still out (`attempt`; its caller's thread may be polling it), the
-        timer the machine has armed (`timer_at`), when attempt 0's empty headers came (`silent`, -1: not), and
-        `actions`, what the machine has just decided. The caller must then _drain() it (outside its lock)."""
+        timer the machine has armed (`timer_at`), and `actions`, what the machine has just decided. The caller
+        must then _drain() it (outside its lock)."""
         call = cls(inline._method, inline._machine, inline._request, None, None, None, None, None, None, True,
                    inline)
         with call._lock:
@@ -137,8 +131,6 @@ class _NonBlocking(_Attempts):
                 call._live.add(0)
                 call._attempts[0] = attempt
                 call._poller = attempt.polled
-                if silent >= 0:
-                    call._graces[0] = call._grace(0, max(0.0, silent + HEADERS_GRACE - monotonic()))
             if timer_at != INF:
                 actions = [(TIMER, timer_at)] + actions
             call._note(actions)
@@ -341,38 +333,7 @@ class _NonBlocking(_Attempts):
             if self._timer_token != token:
                 return
             self._timer = None
-        self._event(lambda: self._timer_fired(token))
-
-    def _timer_fired(self, token: int) -> List[Action]:
-        """(Under the lock.) The hedging (or backoff) timer fired: a silence due first commits the call (no hedge
-        then)."""
-        if self._silent is not None:
-            actions = self._silence_due(monotonic())
-            if actions:
-                return actions
-        return self._machine.timer(monotonic()) if self._timer_token == token else []
-
-    def _silence_due(self, now: float) -> List[Action]:
-        """(Under the lock; a hedge may start now.) The attempt whose empty headers came without a grace timer:
-        its silence commits the call if it has lasted HEADERS_GRACE; else it gets its timer now."""
-        n, since = cast("Tuple[int, float]", self._silent)
-        self._silent = None
-        if n not in self._live or self._machine.winner == n:
-            return []
-        if now - since >= HEADERS_GRACE:
-            return self._silence_lasted(n)
-        self._graces[n] = self._grace(n, since + HEADERS_GRACE - now)
-        return []
-
-    def _grace(self, n: int, delay: float) -> Any:
-        """A timer: attempt n's silence after empty headers commits the call to it once it has lasted."""
-        return TIMERS.schedule(delay, lambda: self._event(lambda: self._silence_lasted(n), n))
-
-    def _silence_lasted(self, n: int) -> List[Action]:
-        """(Under the lock.) Attempt n's silence after empty headers lasted: it answered, and its server sends
-        headers ahead of its response (Method.first_whole)."""
-        self._method.headers_early()
-        return self._answer(n)
+        self._event(lambda: self._machine.timer(monotonic()) if self._timer_token == token else [])
 
     def _wait(self, generation: int) -> None:
         with self._lock:
@@ -408,12 +369,8 @@ class _NonBlocking(_Attempts):
             self._changed.notify_all()
             call_callbacks, self._call_callbacks = self._call_callbacks, []
             done_callbacks, self._done_callbacks = self._done_callbacks, []
-            graces = list(self._graces.values())
-            self._graces.clear()
         if timer is not None:
             timer.cancel()
-        for grace in graces:
-            grace.cancel()
         self._unwait()
         self._calls.discard(self)
         for callback in call_callbacks:
@@ -449,51 +406,26 @@ class _NonBlocking(_Attempts):
                                     bool(initial) and code is not _OK and not self._hedged)
 
     def _headers_came(self, n: int, attempt: Any) -> None:
-        """A hedged unary attempt's headers came (grpcio's spin thread): headers commit the call to it; empty ones
-        may be a Trailers-Only response, so only its response or silence after them does."""
-        if attempt.initial_metadata():
-            self._event(lambda: self._heard_now(n), n)
-            return
-        with self._lock:
-            if self._blocking and self._silent is None and len(self._live) == 1 and n in self._live:
-                # A blocking call's only attempt: until the hedging timer fires or the attempt ends, nothing can
-                # see the commit its silence would make, and both look at the silence then (no timer per call).
-                self._silent = (n, monotonic())
-            else:
-                self._graces[n] = self._grace(n, HEADERS_GRACE)  # (under the lock: see _arm)
-
-    def _heard_now(self, n: int) -> List[Action]:
-        """(Under the lock.) Attempt n's headers, with metadata, came: they commit the call."""
-        self._heard = (n, monotonic())
-        return self._answer(n)
+        """A watched unary attempt's headers came (grpcio's spin thread)."""
+        empty = not attempt.initial_metadata()
+        self._event(lambda: self._machine.headers(n, monotonic(), empty), n)
 
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
-        """A hedged unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
+        """A watched unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
         headers did already), then its status goes to the machine."""
         self._event(lambda: self._responded(n, attempt), n)
+        if self._machine.headers_ahead:
+            self._method.headers_early()
 
     def _responded(self, n: int, attempt: Any) -> List[Action]:
         """(Under the lock.)"""
-        grace = self._graces.pop(n, None) if self._graces else None
-        if grace is not None:
-            grace.cancel()
         actions: List[Action] = []
-        heard = self._heard
-        if heard is not None and heard[0] == n and monotonic() - heard[1] >= EARLY_HEADERS:
-            self._method.headers_early()
-        responded = internals.sync_response(attempt) is not None
         winner = self._machine.winner
-        if responded and winner != n:
-            actions = self._machine.message(n, monotonic())
+        if internals.sync_response(attempt) is not None:
+            if winner != n:
+                actions = self._machine.message(n, monotonic())
         elif winner < 0 and attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
             actions = self._machine.headers(n, monotonic())
-        silent = self._silent
-        if silent is not None and silent[0] == n:
-            self._silent = None
-            now = monotonic()
-            if not responded and now - silent[1] >= HEADERS_GRACE and self._machine.winner != n:
-                self._method.headers_early()
-                actions = self._machine.headers(n, now)  # its silence lasted: it won before it ended
         return actions + self._status(n, attempt)
 
 
@@ -525,16 +457,11 @@ class _NonBlocking(_Attempts):
         with self._lock:
             if ended or self._machine.winner == n or n not in self._live:
                 return None
+        self._event(lambda: self._machine.headers(n, monotonic(), not metadata), n)
         if metadata:
-            self._event(lambda: self._answer(n), n)
             return None
-        # Empty headers: real ones, or a Trailers-Only response whose status is a moment behind. Read ahead: a
-        # message commits, the end does not, silence after the headers does.
-        grace = self._grace(n, HEADERS_GRACE)
-        try:
-            message = self._read_first(n, call, keep=True)
-        finally:
-            grace.cancel()
+        # Empty headers (the machine judges the silence after them): read ahead, as a message commits the call.
+        message = self._read_first(n, call, keep=True)
         return None if message is ENDED else message
 
     def _read_first(self, n: int, call: Any, keep: bool) -> Any:

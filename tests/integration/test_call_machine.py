@@ -226,9 +226,9 @@ class _Failing(CallMachine):
         self._check("timer")
         return super().timer(now)
 
-    def headers(self, n, now):
+    def headers(self, n, now, empty=False):
         self._check("headers")
-        return super().headers(n, now)
+        return super().headers(n, now, empty)
 
     def message(self, n, now):
         self._check("message")

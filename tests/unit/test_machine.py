@@ -622,10 +622,13 @@ class Calls(RuleBasedStateMachine):
         self.ending = None
 
     @precondition(lambda self: not self.ended and self.live)
-    @rule(data=st.data(), message=st.booleans())
-    def answer(self, data, message):
+    @rule(data=st.data(), kind=st.sampled_from(["message", "headers", "empty headers"]))
+    def answer(self, data, kind):
         n = data.draw(st.sampled_from(sorted(self.live)))
-        self.event(self.machine.message if message else self.machine.headers, n, self.now)
+        if kind == "empty headers":
+            self.event(self.machine.headers, n, self.now, True)
+        else:
+            self.event(getattr(self.machine, kind), n, self.now)
 
     @precondition(lambda self: not self.ended and any(self.writing.get(n) for n in self.live))
     @rule(data=st.data())
