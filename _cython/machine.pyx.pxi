@@ -255,14 +255,15 @@ cdef class CallMachine:
 
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now,
                       bint got_headers=False):
-        """Attempt n ended with `code`. `got_headers`: it had answered (response headers, or a unary response
-        with the status), which commits the call to it first, as headers() would have (for call shapes that
-        report the answer only with the status)."""
+        """Attempt n ended with `code`. `got_headers`: it had answered (headers with metadata, or a unary
+        response, came with the status), which commits the call to it first, as headers() would have (for call
+        shapes that report the answer only with the status). An OK ends the call anyway: its answer commits first
+        only under hedging, for adaptive hedging's latency sample."""
         cdef _Attempt a = self._live(n, "status")
         cdef int kind
         cdef bint retryable, stop, throttled = False
         cdef long pushback
-        cdef double delay = -1
+        cdef double delay = -1, answered = now
         out = []
         a.live = False
         a.writing = False
@@ -272,11 +273,11 @@ cdef class CallMachine:
         if self.live == 0:
             self._idle_since = now
         if self.winner != n:
-            if got_headers:
-                self._answer(n, a, now, out)
-            elif a.quiet_until <= now:  # its silence after empty headers lasted: it answered
-                self.headers_ahead = True
-                self._answer(n, a, a.quiet_until - _HEADERS_GRACE, out)
+            if not got_headers and a.quiet_until <= now:  # its silence after empty headers lasted: it answered
+                self.headers_ahead = got_headers = True
+                answered = a.quiet_until - _HEADERS_GRACE
+            if got_headers and (code != STATUS_OK or self.hedging):
+                self._answer(n, a, answered, out)
         elif self._heard_at >= 0 and now - self._heard_at >= _EARLY_HEADERS:
             self.headers_ahead = True
         if self.notes is not None:

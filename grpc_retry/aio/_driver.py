@@ -288,8 +288,7 @@ class _Call(CallDriver):
         code = status.code()
         try:
             if code == 0:
-                # (an OK ends the call: its answer matters first only to adaptive hedging's latency samples)
-                actions = self._machine.status(n, 0, None, None, monotonic(), answered and self._machine.hedging)
+                actions = self._machine.status(n, 0, None, None, monotonic(), answered)
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
                                                answered)

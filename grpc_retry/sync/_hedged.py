@@ -234,18 +234,12 @@ class HedgedBlockingCall(_Attempts):
                 if self._ending or not out:  # (not out: the machine cancelled it, for its perAttemptRecvTimeout)
                     return
                 machine = self._machine
-                now = monotonic()
-                actions: List[Action] = []
-                if machine.winner != 0:
-                    if sync_response(attempt) is not None:
-                        actions = machine.message(0, now)
-                    elif attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
-                        actions = machine.headers(0, now)
+                # Its response, or headers with metadata (one batch: Method.first_whole), came with its end
+                answered = sync_response(attempt) is not None or bool(attempt.initial_metadata())
                 state = attempt._state  # (its own: sync_status() would copy it)
                 code = state.code  # (0 for OK without StatusCode.value, an enum's property: interpreted Python)
-                decided = self._decided(actions + machine.status(0, 0 if code is _OK else code.value[0],
-                                                                 state.details, state.trailing_metadata, now, False),
-                                        False)
+                decided = self._decided(machine.status(0, 0 if code is _OK else code.value[0], state.details,
+                                                       state.trailing_metadata, monotonic(), answered), False)
                 if machine.headers_ahead:
                     self._method.headers_early()
         finally:

@@ -385,8 +385,9 @@ class _NonBlocking(_Attempts):
         message, if a thread is reading that one: the message came first, and commits."""
         self._event(lambda: self._status(n, call), n)
 
-    def _status(self, n: int, call: Any) -> List[Action]:
-        """(Under the lock.) Attempt n's status, read without blocking, for the machine."""
+    def _status(self, n: int, call: Any, watched_unary: bool = False) -> List[Action]:
+        """(Under the lock.) Attempt n's status, read without blocking, for the machine (`watched_unary`: a watched
+        unary attempt, whose response or headers with metadata may have come with its end)."""
         if n in self._reads:
             self._deferred[n] = call
             return []
@@ -402,8 +403,12 @@ class _NonBlocking(_Attempts):
         self._last = call, response
         self._changed.notify_all()
         # (0 for OK without StatusCode.value: an enum's property, interpreted Python even where the caller is compiled)
+        if watched_unary:
+            answered = bool(initial) or internals.sync_response(call) is not None
+        else:
+            answered = bool(initial) and not self._hedged
         return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(),
-                                    bool(initial) and code is not _OK and not self._hedged)
+                                    answered)
 
     def _headers_came(self, n: int, attempt: Any) -> None:
         """A watched unary attempt's headers came (grpcio's spin thread)."""
@@ -413,20 +418,9 @@ class _NonBlocking(_Attempts):
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
         """A watched unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
         headers did already), then its status goes to the machine."""
-        self._event(lambda: self._responded(n, attempt), n)
+        self._event(lambda: self._status(n, attempt, True), n)
         if self._machine.headers_ahead:
             self._method.headers_early()
-
-    def _responded(self, n: int, attempt: Any) -> List[Action]:
-        """(Under the lock.)"""
-        actions: List[Action] = []
-        winner = self._machine.winner
-        if internals.sync_response(attempt) is not None:
-            if winner != n:
-                actions = self._machine.message(n, monotonic())
-        elif winner < 0 and attempt.initial_metadata():  # one batch (Method.first_whole): they came with its end
-            actions = self._machine.headers(n, monotonic())
-        return actions + self._status(n, attempt)
 
 
     def _watch(self, n: int, call: Any) -> None:

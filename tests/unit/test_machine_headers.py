@@ -116,3 +116,12 @@ def test_headers_that_come_with_the_response_are_not_ahead():
     m.start(0.0, b"x")
     assert names(m.status(0, OK, "", None, 0.3, True)) == [("TIMER", INF), ("COMMIT", 0), ("DELIVER", 0)]
     assert not m.headers_ahead
+
+
+def test_an_answer_told_with_an_ok_status_commits_first_only_under_hedging():
+    retried = machine()
+    retried.start(0.0, b"x")
+    assert names(retried.status(0, OK, "", None, 0.2, True)) == [("DELIVER", 0)]
+    hedged = machine(hedging_policy(delay=0.5))
+    hedged.start(0.0, b"x")
+    assert names(hedged.status(0, OK, "", None, 0.2, True)) == [("TIMER", INF), ("COMMIT", 0), ("DELIVER", 0)]
