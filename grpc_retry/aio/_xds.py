@@ -20,7 +20,7 @@ from grpc_retry import _bases as bases
 from grpc_retry._backends import AioSubchannels
 from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._driver import CLOSED_DETAILS
+from grpc_retry._driver import CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._routing import RoutedMethod, bounded
@@ -34,8 +34,6 @@ from grpc_retry.aio._channel import (
     by_kind,
 )
 from grpc_retry.aio._timers import CallTimers
-
-_NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 
 
 class _Routed(RoutedMethod):
@@ -117,25 +115,32 @@ class _Pending:
             self._woken.set_result(None)
 
     async def _start(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
-        router = routed._channel._router
-        if router.when_ready(self._wake, bool(args[3])):
-            left = self._deadline - monotonic()
+        router, patient = routed._channel._router, bool(args[3])
+        while self._error is None and not self._cancelled:
+            if router.when_ready(self._wake, patient):
+                left = self._deadline - monotonic()
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._woken), None if left == math.inf else max(0.0, left))
+                except asyncio.TimeoutError:
+                    self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS)  # grpcio's words
+                    break
+            if router.closed and self._error is None:
+                self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+            if self._error is not None or self._cancelled:
+                break
             try:
-                await asyncio.wait_for(asyncio.shield(self._woken), None if left == math.inf else max(0.0, left))
-            except asyncio.TimeoutError:
-                self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
-        if router.closed and self._error is None:
-            self._fail(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
-        if self._error is None and not self._cancelled:
-            try:
-                method = routed._route(args[1], bool(args[3]))
+                method = routed._route(args[1], patient)
             except RouteError as error:
                 self._fail(grpc.StatusCode.UNAVAILABLE, str(error))
-            else:
-                timeout = None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
-                self._call = routed._start(method, request, timeout, *args[1:])
-                for callback in self._callbacks:
-                    self._call.add_done_callback(lambda _, cb=callback: cb(self))
+                break
+            if method is None:  # the config was lost before this ran: wait for the next
+                self._woken = asyncio.get_running_loop().create_future()
+                continue
+            timeout = None if self._deadline == math.inf else max(0.0, self._deadline - monotonic())
+            self._call = routed._start(method, request, timeout, *args[1:])
+            for callback in self._callbacks:
+                self._call.add_done_callback(lambda _, cb=callback: cb(self))
+            break
         if not self._started.done():
             self._started.set_result(None)
         if self._call is None:

@@ -18,7 +18,7 @@ from grpc_retry import _bases as bases
 from grpc_retry._backends import SyncSubchannels
 from grpc_retry._backends.xds.router import RouteError, XdsRouter
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._routing import RoutedMethod, bounded
@@ -35,7 +35,6 @@ from grpc_retry.sync._channel import (
 from grpc_retry.sync._status import RpcError, local_error
 from grpc_retry.sync._workers import Workers
 
-_NO_CONFIG = "xDS: no configuration for the target before the call's deadline"
 INF = math.inf
 
 
@@ -72,11 +71,13 @@ class _Routed(RoutedMethod):
             if not blocking:
                 return _Pending(self, name, request, timeout, metadata, credentials, wait_for_ready, compression)
             router = self._channel._router
-            if not router.wait(timeout, bool(wait_for_ready)):
-                raise local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG)
-            if router.closed:
-                raise local_error(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
-            routed = self._route(metadata, bool(wait_for_ready))
+            while routed is None:  # (None again: the config was lost meanwhile, and the call waits for the next)
+                left = None if timeout is None else timeout - (monotonic() - started)
+                if not router.wait(left, bool(wait_for_ready)):
+                    raise local_error(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS)  # grpcio's words
+                if router.closed:
+                    raise local_error(grpc.StatusCode.CANCELLED, CLOSED_DETAILS)
+                routed = self._route(metadata, bool(wait_for_ready))
         if isinstance(routed, RpcError):
             if blocking:
                 raise routed
@@ -137,7 +138,7 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
             self._ready()
 
     def _late(self) -> None:
-        self._become(local_error(grpc.StatusCode.DEADLINE_EXCEEDED, _NO_CONFIG))
+        self._become(local_error(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS))
 
     def _ready(self) -> None:
         """A config (or an error) came, or the channel closed: start the call, or end."""
@@ -148,8 +149,12 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
             self._become(local_error(grpc.StatusCode.CANCELLED, CLOSED_DETAILS))
             return
         routed = self._routed._route(metadata, bool(self._args[2]))
-        if routed is None or isinstance(routed, RpcError):
-            self._become(routed or local_error(grpc.StatusCode.UNAVAILABLE, _NO_CONFIG))
+        while routed is None:  # the config was lost before this ran: wait for the next
+            if router.when_ready(self._ready, bool(self._args[2])):
+                return
+            routed = self._routed._route(metadata, bool(self._args[2]))
+        if isinstance(routed, RpcError):
+            self._become(routed)
             return
         timeout = None if self._deadline == INF else max(0.0, self._deadline - monotonic())
         call = self._routed._start(self._name, routed, self._request, timeout, *self._args)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import grpc
 import pytest
@@ -287,6 +287,99 @@ def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[List[str]]:
                           env=env, timeout=60, cwd=tempfile.gettempdir())
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+_GRPCIO_CLIENT = """
+import json, sys
+import grpc
+with grpc.insecure_channel("xds:///svc") as channel:
+    method = channel.unary_unary("{method}")
+    for line in sys.stdin:
+        try:
+            method(b"x", timeout=10)
+            outcome = ["OK", ""]
+        except grpc.RpcError as error:
+            outcome = [error.code().name, error.details()]
+        print(json.dumps(outcome + [channel._channel.check_connectivity_state(False)]), flush=True)
+""".replace("{method}", UNARY)
+
+
+class GrpcioClient:
+    """grpcio's own xDS client in a process of its own on the same control plane, one channel for its life: each
+    call()'s code, details (its node ID as ours: `node`) and the channel's state after it."""
+
+    def __init__(self, plane: ControlPlane, node: str, features: Tuple[str, ...] = ()) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio", features)
+        self._node = node
+        self._process = subprocess.Popen([sys.executable, "-c", _GRPCIO_CLIENT], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
+
+    def call(self) -> List[Any]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write("call\n")
+        self._process.stdin.flush()
+        code, details, state = json.loads(self._process.stdout.readline())
+        return [code, details.replace("(node ID:grpcio)", f"(node ID:{self._node})"),
+                grpc.ChannelConnectivity(tuple(s for s in grpc.ChannelConnectivity if s.value[0] == state)[0])]
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(30)
+
+
+def until(call: Callable[[], List[Any]], done: Callable[[List[Any]], bool]) -> List[Any]:
+    """Call until the outcome is `done` (the change an update makes reaches a channel after the control plane
+    has sent it: no event of the channel's tells when): the outcome."""
+    deadline = time.monotonic() + 10
+    outcome = call()
+    while not done(outcome) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        outcome = call()
+    return outcome
+
+
+@pytest.mark.parametrize("deleted", ["listener", "cluster", "listener, on a server trusted to keep it"])
+def test_a_deleted_listener_or_cluster_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane,
+                                                                 backends: List[Backend], deleted: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Listener or Cluster deleted after a config (A53): calls fail UNAVAILABLE with grpcio's words and the
+    channel is in TRANSIENT_FAILURE until it comes back, unless the bootstrap trusts the server with
+    `ignore_resource_deletion`: then the last one keeps serving."""
+    features = ("ignore_resource_deletion",) if "trusted" in deleted else ()
+    monkeypatch.setenv("GRPC_XDS_BOOTSTRAP_CONFIG", plane.bootstrap("channels", features))
+    serve(plane, {"c1": backends[:1]})
+    theirs = GrpcioClient(plane, "channels", features)
+    try:
+        channel = client.channel("xds:///svc")
+
+        def ours() -> List[Any]:
+            outcome = channel.unary(UNARY, b"x", timeout=10)
+            state = channel.channel.get_state() if client.api == "aio" else channel.raw._router.aggregate_state()
+            return [outcome.code.name, outcome.details or "", state]
+        ok = ["OK", "", grpc.ChannelConnectivity.READY]
+        assert ours() == theirs.call() == ok
+        if deleted == "cluster":
+            plane.remove(CLUSTER, "c1")
+            failed = ["UNAVAILABLE", "CDS resource c1: does not exist (node ID:channels)",
+                      grpc.ChannelConnectivity.TRANSIENT_FAILURE]
+        else:
+            plane.remove(LISTENER, "svc")
+            failed = ["UNAVAILABLE", "empty address list (LDS resource svc: does not exist (node ID:channels))",
+                      grpc.ChannelConnectivity.TRANSIENT_FAILURE]
+        if features:
+            for node in ("grpcio", "channels"):
+                plane.wait_answer(node, LISTENER, plane.remove(LISTENER, "svc"))
+            assert ours() == theirs.call() == ok
+            return
+        assert until(theirs.call, lambda outcome: outcome[0] != "OK") == failed
+        assert until(ours, lambda outcome: outcome[0] != "OK") == failed
+        plane.set(cluster() if deleted == "cluster" else listener())
+        assert until(theirs.call, lambda outcome: outcome[0] == "OK") == ok
+        assert until(ours, lambda outcome: outcome[0] == "OK") == ok
+    finally:
+        theirs.close()
 
 
 def test_routes_and_retries_as_grpcios_own_xds_client(client: Any, plane: ControlPlane,

@@ -107,7 +107,7 @@ def test_a_logical_dns_cluster_has_no_endpoints_to_wait_for(plane: ControlPlane,
 
 def test_a_missing_listener_and_a_name_no_virtual_host_takes_are_errors(plane: ControlPlane, follow: Any) -> None:
     told = follow(timeout=0.3)
-    told.wait(lambda: any("Listener 'svc' does not exist" in e for e in told.errors))
+    told.wait(lambda: any("LDS resource svc: does not exist" in e for e in told.errors))
     plane.set(listener())
     plane.set(route_config(lambda r: r.virtual_hosts[0].domains.__setitem__(0, "other.example")))
     told.wait(lambda: any("no virtual host" in e for e in told.errors))

@@ -26,14 +26,17 @@ class XdsConfig:
 
 class ConfigWatcher:
     """Follows one target's resources on `client`. `on_config(config)` hears each complete config,
-    `on_error(message)` what stops one from being complete (the previous one, if any, stands). Both run on the
-    client's thread, outside any lock of this object's."""
+    `on_error(message)` what stops one from being complete (the previous one, if any, stands), and `on_deleted`
+    (if given; else `on_error`) that the Listener does not exist (never sent, or deleted): the target has no
+    config then. Each runs on the client's thread, outside any lock of this object's."""
 
     def __init__(self, client: XdsClient, listener_name: str, authority: str,
-                 on_config: Callable[[XdsConfig], None], on_error: Callable[[str], None]) -> None:
+                 on_config: Callable[[XdsConfig], None], on_error: Callable[[str], None],
+                 on_deleted: Optional[Callable[[str], None]] = None) -> None:
         self._client = client
         self._authority = authority
         self._on_config, self._on_error = on_config, on_error
+        self._on_deleted = on_error if on_deleted is None else on_deleted
         self._lock = threading.RLock()
         self._closed = False
         self._listener: Any = None
@@ -181,7 +184,8 @@ class ConfigWatcher:
             if kind is resources.LISTENER:
                 self._listener = None
                 self._follow()
-                self._tell_error(f"Listener {name!r} does not exist")
+                message = f"LDS resource {name}: does not exist"  # grpcio's words
+                self._tell(lambda: self._on_deleted(message))
             elif kind is resources.ROUTE_CONFIGURATION:
                 self._route = None
                 self._tell_error(f"RouteConfiguration {name!r} does not exist")

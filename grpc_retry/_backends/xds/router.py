@@ -27,6 +27,8 @@ from grpc_retry._options import RetryOptions
 
 NO_ROUTE = "No matching route found in xDS route config"  # grpcio's words
 NO_ACTION = "Matching route has inappropriate action"
+NO_CLUSTER = "CDS resource {}: does not exist (node ID:{})"
+NO_LISTENER = "empty address list ({} (node ID:{}))"
 
 # A route's policy that names no code gRPC retries: the route asks for no retries (A44), whatever the channel's
 # service config says.
@@ -106,9 +108,12 @@ class XdsRouter:
         self.outliers = None  # (each cluster has its own detector)
         self.closed = False
         post = where()  # (asked once the bootstrap is known good: a bad one is the error to raise)
+        self._node = bootstrap.node.id
         self._client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node)
         self._watcher = ConfigWatcher(self._client, listener, name, lambda config: post(lambda: self._apply(config)),
-                                      lambda error: post(lambda: self._fail(error)))
+                                      lambda error: post(lambda: self._fail(error)),
+                                      lambda error: post(lambda: self._fail(NO_LISTENER.format(error, self._node),
+                                                                            True)))
 
     # -- per call -----------------------------------------------------------------------------------------------
 
@@ -135,8 +140,8 @@ class XdsRouter:
         if cluster is None:
             raise RouteError(NO_ACTION)
         entry = self._clusters.get(cluster)
-        if entry is None:
-            raise RouteError(f"CDS resource {cluster!r} does not exist")
+        if entry is None or cluster not in config.clusters:
+            raise RouteError(NO_CLUSTER.format(cluster, self._node))
         policy = config.virtual_host.retry_policy_of(route)
         limit = route.max_stream_duration
         if limit is None:
@@ -230,15 +235,17 @@ class XdsRouter:
             return self._make(f"dns:///{cluster.dns_target}", options)
         return self._make(Target("xds", self.authority, 0, self.authority), options)
 
-    def _fail(self, error: str) -> None:
-        self._tell(None, error)
+    def _fail(self, error: str, lost: bool = False) -> None:
+        """An error: the config standing keeps serving, unless the target has `lost` it (its Listener is gone);
+        with no config, calls fail with `error` (those that wait for ready wait for a config)."""
+        self._tell(None, error, lost)
 
-    def _tell(self, config: Optional[XdsConfig], error: Optional[str]) -> None:
+    def _tell(self, config: Optional[XdsConfig], error: Optional[str], lost: bool = False) -> None:
         with self._ready:
             if config is not None:
                 self._config, self._error = config, None
-            elif self._config is None:
-                self._error = error  # (a config standing keeps serving)
+            elif self._config is None or lost:
+                self._config, self._error = None, error
             waiters = [callback for callback, patient in self._waiters if self._has_answer(patient)]
             self._waiters = [(callback, patient) for callback, patient in self._waiters if callback not in waiters]
             self._ready.notify_all()
@@ -271,16 +278,17 @@ class XdsRouter:
             subchannels.connect()
 
     def aggregate_state(self) -> grpc.ChannelConnectivity:
-        """As one grpcio channel's: READY if any cluster's subchannel is, else CONNECTING if any is;
-        TRANSIENT_FAILURE when every one has failed or the target has no config, only an error."""
+        """As one grpcio channel's: TRANSIENT_FAILURE while the target has no config, only an error; else READY
+        if any cluster's subchannel is, CONNECTING if any is, TRANSIENT_FAILURE when every one has failed."""
         if self.closed:
             return grpc.ChannelConnectivity.SHUTDOWN
+        if self._config is None and self._error is not None:
+            return grpc.ChannelConnectivity.TRANSIENT_FAILURE
         states = [subchannels.aggregate_state() for subchannels in self.subchannels()]
         for state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.CONNECTING):
             if state in states:
                 return state
-        if (states and all(s is grpc.ChannelConnectivity.TRANSIENT_FAILURE for s in states)) or (
-                self._config is None and self._error is not None):
+        if states and all(s is grpc.ChannelConnectivity.TRANSIENT_FAILURE for s in states):
             return grpc.ChannelConnectivity.TRANSIENT_FAILURE
         return grpc.ChannelConnectivity.CONNECTING if self._connect else grpc.ChannelConnectivity.IDLE
 
