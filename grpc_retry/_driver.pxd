@@ -9,7 +9,7 @@ from grpc_retry._telemetry cimport CallTelemetry
 # The helpers a call's path uses: C calls from the drivers (cimported), Python functions for the rest.
 cpdef attempt_metadata(metadata, previous)
 cpdef trailing_with_attempts(trailing, previous)
-cpdef grpc_details(details, answered)
+cpdef grpc_details(details, answered, subchannels=*)
 
 
 cdef class CallDriver:

@@ -68,15 +68,20 @@ def local_status(code: int, details: str, subchannels: Any, machine: CallMachine
 
 
 _STREAM_REMOVED = "Stream removed ("
+_NO_CONNECTION = "failed to connect to all addresses; "  # (a subchannel's: a grpcio channel on one address)
 _LOCAL_ENDS = ("Stream removed (Deadline Exceeded)", "Stream removed (Channel closed!)")
 
 
-def grpc_details(details: Optional[str], answered: bool) -> Optional[str]:
+def grpc_details(details: Optional[str], answered: bool, subchannels: Any = None) -> Optional[str]:
     """An attempt's status details as grpcio's own channel words them. Subchannels run with C-core's retries off;
     a grpcio channel has them on, and its retry layer reports a call ended locally (deadline, channel closed)
-    before the server answered with the cause alone, where the transport says "Stream removed (<cause>)"."""
+    before the server answered with the cause alone, where the transport says "Stream removed (<cause>)". An
+    attempt that found no connection on its subchannel (pick_first's words) fails as the channel's LB policy
+    (`subchannels`) words it."""
     if not answered and details in _LOCAL_ENDS:
         return details[len(_STREAM_REMOVED):-1]
+    if subchannels is not None and details and details.startswith(_NO_CONNECTION):
+        return f"{subchannels.failing_words}{details[len(_NO_CONNECTION):]}{subchannels.failing_note}"
     return details
 
 

@@ -58,6 +58,10 @@ FAILURE_NO_SOONER = 0.02
 SCHEDULE_SIZE = 4096  # the longest weighted schedule (slots by weight): finer weights are rounded
 
 
+_PICK_FIRST_FAILING = "failed to connect to all addresses; "
+_ROUND_ROBIN_FAILING = "connections to all backends failing; "
+
+
 def schedule(weights: List[Tuple[int, float]]) -> List[int]:
     """Slots, each about as often as its weight says (at most SCHEDULE_SIZE entries in all), spread evenly."""
     total = sum(weight for _, weight in weights)
@@ -95,6 +99,10 @@ class Subchannels:
         # round_robin spreads over every address, so it keeps them all connected (as grpc's does); pick_first
         # connects one at a time, in order.
         self._eager = options.lb_policy == "round_robin"
+        # How a grpcio channel with this LB policy words a call that found no backend to take it (grpc_details),
+        # and what an xDS cluster's adds (the router sets it): the node ID.
+        self.failing_words = _ROUND_ROBIN_FAILING if self._eager else _PICK_FIRST_FAILING
+        self.failing_note = ""
         self.active = False       # first used: from then on, round_robin keeps every subchannel connected
         self._connecting = False  # try_to_connect asked for a connection and none is READY yet
         self.addresses: List[str] = []           # per slot: its address (a parked slot: the one it had)

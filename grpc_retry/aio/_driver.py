@@ -255,8 +255,8 @@ class _Call(CallDriver):
             if self._response is UNDESERIALIZABLE:
                 self._finish(grpc.StatusCode.INTERNAL, DESERIALIZE_FAILED, (), (), None)
                 return
-        self._finish(code, grpc_details(status.details(), bool(initial) or self._delivered), initial,
-                     trailing, None if code is _OK else status.debug_error_string())
+        details = grpc_details(status.details(), bool(initial) or self._delivered, self._method.subchannels)
+        self._finish(code, details, initial, trailing, None if code is _OK else status.debug_error_string())
 
     def _end(self, code: int) -> None:
         self._peek = None  # ended here (cancelled, deadline): as on grpc.aio, reads raise, unread messages go

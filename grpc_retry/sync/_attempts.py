@@ -73,8 +73,8 @@ class _Attempts(CallDriver):
             if previous > 0:
                 trailing = trailing_of(trailing, previous)
             if code is not _OK:
-                self._error = RpcError(code, grpc_details(details, delivered or bool(initial)), initial, trailing,
-                                       debug)
+                self._error = RpcError(code, grpc_details(details, delivered or bool(initial),
+                                                          self._method.subchannels), initial, trailing, debug)
                 return
         if response is not None and self._method.deserializer is not None:
             response = self._method.deserialize(response)

@@ -365,7 +365,11 @@ async def failing_fast_then_writing(make, backend) -> Any:
             call = channel.stream_stream(BIDI)(timeout=5, wait_for_ready=wait_for_ready)
             first = await outcome(call.write(b"1"))
             seen.append((first[:2], await outcome(call.write(b"2")), await call.code()))
-    return [(s[0], s[1]) if s[0] == "error" else s for s in seen]
+    async with make(f"127.0.0.1:{port}", options=[("grpc.lb_policy_name", "round_robin")]) as channel:
+        seen.append(await outcome(channel.unary_unary(UNARY)(b"u", timeout=5)))  # in round_robin's words
+    kind, code, details = seen[-1][:3]
+    return [(s[0], s[1]) if s[0] == "error" else s for s in seen[:-1]] + [
+        (kind, code, details.replace(f":{port}:", ":PORT:"))]
 
 
 class _WrappingRequests(aio.StreamUnaryClientInterceptor, aio.StreamStreamClientInterceptor):

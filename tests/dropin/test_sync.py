@@ -218,7 +218,24 @@ def closing(make, backend) -> Any:
             outcome(lambda: channel.unary_unary(UNARY)(b"late")))
 
 
-@pytest.mark.parametrize("scenario", [refused_options, connecting_new_channels, closing], ids=lambda f: f.__name__)
+def no_backend_takes_the_call(make, backend) -> Any:
+    """A channel whose one address refuses connections: calls fail UNAVAILABLE in the words of the channel's LB
+    policy (pick_first's, round_robin's)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    seen = []
+    for policy in ("pick_first", "round_robin"):
+        with make(f"127.0.0.1:{port}", options=[("grpc.lb_policy_name", policy)]) as channel:
+            kind, is_call, code, details = outcome(lambda c=channel: c.unary_unary(UNARY)(b"x", timeout=5))[:4]
+            seen.append((kind, is_call, code, details.replace(f":{port}:", ":PORT:")))
+    return seen
+
+
+@pytest.mark.parametrize("scenario", [refused_options, connecting_new_channels, closing, no_backend_takes_the_call],
+                         ids=lambda f: f.__name__)
 def test_channels_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
     same_as_grpcio(scenario, sync_channel)
 
