@@ -434,6 +434,40 @@ def test_a_cluster_drops_as_its_endpoints_ask_as_on_grpcio(client: Any, plane: C
     assert backends[0].attempts == []
 
 
+def test_a_cluster_whose_endpoints_refuse_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    plane.set(cluster())
+    plane.set(endpoints(lambda e: e.endpoints[0].lb_endpoints[0].CopyFrom(lb_endpoint("127.0.0.1", port))))
+    plane.set(route_config())
+    [[code, details]] = grpcio_calls(plane, [[]])
+    assert details.startswith("connections to all backends failing; last error: ")
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert [outcome.code.name, outcome.details] == [code, details.replace("(xDS node ID:grpcio)",
+                                                                          "(xDS node ID:channels)")]
+
+
+@pytest.mark.parametrize("empty", ["no locality", "empty localities"])
+def test_a_cluster_with_no_endpoint_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane, empty: str) -> None:
+    def edit(message: Any) -> None:
+        if empty == "no locality":
+            del message.endpoints[:]
+            return
+        del message.endpoints[0].lb_endpoints[:]
+        message.endpoints.add().CopyFrom(message.endpoints[0])
+        message.endpoints[1].locality.region, message.endpoints[1].priority = "a", 1
+    plane.set(cluster())
+    plane.set(endpoints(edit))
+    plane.set(route_config())
+    [[code, details]] = grpcio_calls(plane, [[]])
+    assert details.startswith("no children in weighted_target policy (EDS resource c1: contains ")
+    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
+    assert [outcome.code.name, outcome.details] == [code, details]
+
+
 def test_a_clusters_circuit_breaker_caps_its_calls_in_flight(client: Any, plane: ControlPlane,
                                                             backends: List[Backend]) -> None:
     def one_at_a_time(message: Any) -> None:

@@ -81,6 +81,7 @@ class _Cluster:
     gate: Gate = dataclasses.field(default_factory=Gate)
     priorities: Optional[List[Dict[str, float]]] = None
     given: Optional[Dict[str, float]] = None
+    empty: str = ""  # why its endpoints, if none, are none (grpcio's words; "": ours)
 
 
 class XdsRouter:
@@ -201,12 +202,13 @@ class XdsRouter:
             entry.gate.drops = () if assignment is None else assignment.drops
             if cluster.kind == "EDS":
                 entry.priorities = _priorities(assignment)
+                entry.empty = _empty(cluster.eds_name or name, assignment)
                 self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
                 entry.subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
         for name, entry in list(self._clusters.items()):
             if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
-                entry.priorities = []
+                entry.priorities, entry.empty = [], ""
                 self._fail_over(name, entry)
         self._tell(config, None)
 
@@ -224,16 +226,19 @@ class XdsRouter:
             if weights == entry.given:
                 return
             entry.given = weights
-            entry.subchannels.assign(list(weights), None if weights else f"cluster {name!r} has no endpoints",
-                                     weights)
+            entry.subchannels.assign(list(weights), None if weights else entry.empty or
+                                     f"cluster {name!r} has no endpoints", weights)
 
     def _subchannels(self, cluster: Any) -> Any:
         config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
                                      outlier_detection=cluster.outlier_detection)
         options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
         if cluster.kind == "LOGICAL_DNS":
-            return self._make(f"dns:///{cluster.dns_target}", options)
-        return self._make(Target("xds", self.authority, 0, self.authority), options)
+            subchannels = self._make(f"dns:///{cluster.dns_target}", options)
+        else:
+            subchannels = self._make(Target("xds", self.authority, 0, self.authority), options)
+        subchannels.failing_note = f" (xDS node ID:{self._node})"  # as grpcio's xDS cluster words its failures
+        return subchannels
 
     def _fail(self, error: str, lost: bool = False) -> None:
         """An error: the config standing keeps serving, unless the target has `lost` it (its Listener is gone);
@@ -325,6 +330,21 @@ def _priorities(assignment: Any) -> List[Dict[str, float]]:
         if endpoints:
             priorities.append(endpoints)
     return priorities
+
+
+def _empty(eds_name: str, assignment: Any) -> str:
+    """Why an EDS cluster has no endpoint at all, as grpcio says it ("" where it says otherwise: ours)."""
+    if assignment is None:
+        return ""
+    localities = sorted((locality for priority in assignment.priorities for locality in priority),
+                        key=lambda locality: (locality.region, locality.zone, locality.sub_zone))
+    if not localities:
+        return f"no children in weighted_target policy (EDS resource {eds_name}: contains no localities)"
+    if any(locality.endpoints for locality in localities):
+        return ""
+    places = "; ".join(f'{{region="{locality.region}", zone="{locality.zone}", sub_zone="{locality.sub_zone}"}}'
+                       for locality in localities)
+    return f"no children in weighted_target policy (EDS resource {eds_name}: contains empty localities: [{places}])"
 
 
 def _target(address: str) -> str:
