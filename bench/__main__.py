@@ -16,9 +16,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = {  # name: (full arguments, --quick arguments; None: skipped when quick)
-    "overhead": (["--calls", "1024", "--rounds", "48"], ["--calls", "64", "--rounds", "2", "--inflight", "1,16"]),
+    "overhead": (["--calls", "1024", "--rounds", "48"], ["--calls", "64", "--rounds", "2", "--inflight", "4"]),
     "backends": ([], ["--calls", "200"]),
-    "hedging": ([], ["--calls", "200"]),
+    "hedging": ([], ["--calls", "100"]),
     "hedging_adaptive": (["--adaptive"], None),
     "headers_shape": ([], ["--calls", "64", "--rounds", "2"]),
     "sick_backend": ([], None),  # minutes of calls; tests/integration covers the same behaviours
