@@ -12,12 +12,17 @@ __version__ = "0.1.0"
 TESTED_GRPCIO: Tuple[Tuple[int, int], Tuple[int, int]] = ((1, 70), (1, 85))
 
 
+def grpcio_minor(version: str) -> Tuple[int, ...]:
+    """(major, minor) of a grpcio version string; () if it has none."""
+    try:
+        return tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return ()
+
+
 def untested_grpcio(version: str) -> Optional[str]:
     """Why `version` of grpcio is outside the tested range, or None when it is inside."""
-    try:
-        minor = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        minor = ()
+    minor = grpcio_minor(version)
     (low, high) = TESTED_GRPCIO
     if len(minor) == 2 and low <= minor <= high:
         return None

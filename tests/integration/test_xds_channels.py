@@ -321,7 +321,7 @@ class GrpcioClient:
         self._process.stdin.flush()
         code, details, state = json.loads(self._process.stdout.readline())
         return [code, details.replace("(node ID:grpcio)", f"(node ID:{self._node})"),
-                grpc.ChannelConnectivity(tuple(s for s in grpc.ChannelConnectivity if s.value[0] == state)[0])]
+                next(s for s in grpc.ChannelConnectivity if s.value[0] == state)]
 
     def close(self) -> None:
         assert self._process.stdin is not None
@@ -365,18 +365,19 @@ def test_a_deleted_listener_or_cluster_fails_calls_as_on_grpcio(client: Any, pla
             failed = ["UNAVAILABLE", "CDS resource c1: does not exist (node ID:channels)",
                       grpc.ChannelConnectivity.TRANSIENT_FAILURE]
         else:
-            plane.remove(LISTENER, "svc")
+            version = plane.remove(LISTENER, "svc")
             failed = ["UNAVAILABLE", "empty address list (LDS resource svc: does not exist (node ID:channels))",
                       grpc.ChannelConnectivity.TRANSIENT_FAILURE]
         if features:
-            for node in ("grpcio", "channels"):
-                plane.wait_answer(node, LISTENER, plane.remove(LISTENER, "svc"))
+            # Nothing changes to see: ours has read the removal once it answers it (grpcio 1.70 does not answer
+            # it, nor what comes after it, there: its call is only seen to keep serving)
+            plane.wait_answer("channels", LISTENER, version)
             assert ours() == theirs.call() == ok
             return
         assert until(theirs.call, lambda outcome: outcome[0] != "OK") == failed
         assert until(ours, lambda outcome: outcome[0] != "OK") == failed
+        # Back, it serves again (grpcio 1.70 stays failing: not compared)
         plane.set(cluster() if deleted == "cluster" else listener())
-        assert until(theirs.call, lambda outcome: outcome[0] == "OK") == ok
         assert until(ours, lambda outcome: outcome[0] == "OK") == ok
     finally:
         theirs.close()
@@ -463,7 +464,7 @@ def test_a_cluster_with_no_endpoint_fails_calls_as_on_grpcio(client: Any, plane:
     plane.set(endpoints(edit))
     plane.set(route_config())
     [[code, details]] = grpcio_calls(plane, [[]])
-    assert details.startswith("no children in weighted_target policy (EDS resource c1: contains ")
+    assert details.startswith("no children in weighted_target policy")
     outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
     assert [outcome.code.name, outcome.details] == [code, details]
 

@@ -24,6 +24,7 @@ from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
 from grpc_retry._options import RetryOptions
+from grpc_retry._version import grpcio_minor
 
 NO_ROUTE = "No matching route found in xDS route config"  # grpcio's words
 NO_ACTION = "Matching route has inappropriate action"
@@ -333,18 +334,23 @@ def _priorities(assignment: Any) -> List[Dict[str, float]]:
 
 
 def _empty(eds_name: str, assignment: Any) -> str:
-    """Why an EDS cluster has no endpoint at all, as grpcio says it ("" where it says otherwise: ours)."""
+    """Why an EDS cluster has no endpoint at all, as the installed grpcio says it ("" where it says otherwise:
+    ours)."""
     if assignment is None:
         return ""
     localities = sorted((locality for priority in assignment.priorities for locality in priority),
                         key=lambda locality: (locality.region, locality.zone, locality.sub_zone))
     if not localities:
-        return f"no children in weighted_target policy (EDS resource {eds_name}: contains no localities)"
-    if any(locality.endpoints for locality in localities):
+        why = f"EDS resource {eds_name}: contains no localities"
+    elif any(locality.endpoints for locality in localities):
         return ""
-    places = "; ".join(f'{{region="{locality.region}", zone="{locality.zone}", sub_zone="{locality.sub_zone}"}}'
-                       for locality in localities)
-    return f"no children in weighted_target policy (EDS resource {eds_name}: contains empty localities: [{places}])"
+    else:
+        places = "; ".join(f'{{region="{locality.region}", zone="{locality.zone}", sub_zone="{locality.sub_zone}"}}'
+                           for locality in localities)
+        why = f"EDS resource {eds_name}: contains empty localities: [{places}]"
+    if grpcio_minor(grpc.__version__) < (1, 72):
+        return f"no children in weighted_target policy: {why}"
+    return f"no children in weighted_target policy ({why})"
 
 
 def _target(address: str) -> str:
