@@ -12,6 +12,7 @@ import grpc
 import pytest
 from grpc import aio
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+from support.deploy import free_port
 from support.dropin import error_logs, side_by_side
 
 HEADERS = (("h", "1"),)
@@ -353,11 +354,7 @@ async def failing_fast_then_writing(make, backend) -> Any:
     """A channel to a closed port: calls fail fast (UNAVAILABLE); once it is in TRANSIENT_FAILURE, a new stream
     call's first write() raises the call's error (grpc.aio's call fails while sending its headers), the next one
     says the call is finished."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    port = free_port(["127.0.0.1"])  # nobody listens there
     seen = []
     async with make(f"127.0.0.1:{port}") as channel:
         for wait_for_ready in (None, False):

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+from support.deploy import free_port
 from support.dropin import error_logs
 
 import grpc_retry
@@ -221,11 +222,7 @@ def closing(make, backend) -> Any:
 def no_backend_takes_the_call(make, backend) -> Any:
     """A channel whose one address refuses connections: calls fail UNAVAILABLE in the words of the channel's LB
     policy (pick_first's, round_robin's)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    port = free_port(["127.0.0.1"])  # nobody listens there
     seen = []
     for policy in ("pick_first", "round_robin"):
         with make(f"127.0.0.1:{port}", options=[("grpc.lb_policy_name", policy)]) as channel:

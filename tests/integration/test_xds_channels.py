@@ -28,6 +28,7 @@ from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
 from support.control_plane import CLUSTER, ENDPOINTS, LISTENER, ROUTE, ControlPlane  # noqa: E402
+from support.deploy import free_port  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
 
 import grpc_retry  # noqa: E402
@@ -437,11 +438,7 @@ def test_a_cluster_drops_as_its_endpoints_ask_as_on_grpcio(client: Any, plane: C
 
 
 def test_a_cluster_whose_endpoints_refuse_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane) -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed once the block ends: nobody listens there
+    port = free_port(["127.0.0.1"])  # nobody listens there
     plane.set(cluster())
     plane.set(endpoints(lambda e: e.endpoints[0].lb_endpoints[0].CopyFrom(lb_endpoint("127.0.0.1", port))))
     plane.set(route_config())
