@@ -279,11 +279,17 @@ print(json.dumps(codes))
 """.replace("{method}", UNARY)
 
 
+def grpcio_env(plane: ControlPlane, features: Tuple[str, ...] = ()) -> Dict[str, str]:
+    """The environment of a grpcio process on `plane`, as node "grpcio" (this process's xDS settings left out)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio", features)
+    return env
+
+
 def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[List[str]]:
     """Calls through grpcio's own xDS client, in a process of its own on the same control plane: each one's code
     and details."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
-    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio")
+    env = grpcio_env(plane)
     done = subprocess.run([sys.executable, "-c", _GRPCIO_CALLS, json.dumps(calls)], capture_output=True, text=True,
                           env=env, timeout=60, cwd=tempfile.gettempdir())
     assert done.returncode == 0, done.stderr
@@ -310,8 +316,7 @@ class GrpcioClient:
     call()'s code, details (its node ID as ours: `node`) and the channel's state after it."""
 
     def __init__(self, plane: ControlPlane, node: str, features: Tuple[str, ...] = ()) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
-        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio", features)
+        env = grpcio_env(plane, features)
         self._node = node
         self._process = subprocess.Popen([sys.executable, "-c", _GRPCIO_CLIENT], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
