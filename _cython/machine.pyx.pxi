@@ -282,13 +282,15 @@ cdef class CallMachine:
             self.headers_ahead = True
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
+        kind = transparent_kind(code, details) if code != STATUS_OK else -1
+        if kind == NOT_SENT:  # how a call that fails fast, finding no connection to try, words its status
+            self.picker.last_error = details
         if self.picker.counting:  # outlier detection: the backend's result (one that never left us is not)
             if code == STATUS_OK:
                 self.picker.record(a.address, a.born, True)
-            elif transparent_kind(code, details) != NOT_SENT:
+            elif kind != NOT_SENT:
                 self.picker.record(a.address, a.born, False)
         if code != STATUS_OK and (self.winner < 0 or self.winner == n):
-            kind = transparent_kind(code, details)
             if kind >= 0 and self._redo(a, kind, now):
                 if self.notes is not None:
                     self.notes.append((NOTE_TRANSPARENT, n, kind))

@@ -12,7 +12,8 @@
 # The picker is the call machine's view of the channel's subchannels: besides the states it keeps `generation`,
 # bumped on every change, so that a call that found nothing to pick can wait for "a change after generation g"
 # without missing one that happened while it looked; and `resolved`, whether the target has resolved (to
-# addresses or to an error), which decides between failing fast and waiting.
+# addresses or to an error), which decides between failing fast and waiting; and `last_error`, the details of
+# the last attempt that found no connection, which a call failing fast without one words its status with.
 #
 # Weights (an xDS cluster's localities): a schedule of slots, each as often as its weight, gives where each
 # round_robin rotation starts; the rules above still choose from there.
@@ -44,6 +45,7 @@ cdef class Picker:
         self._ejected = [False] * size
         self.ejected_count = 0
         self.counting = False
+        self.last_error = None
         self._ok = [0] * size
         self._failed = [0] * size
         self._schedule = None

@@ -92,6 +92,7 @@ cdef class Picker:
     cdef list _ejected           # per slot: ejected by outlier detection
     cdef readonly int ejected_count
     cdef public bint counting    # outlier detection wants every attempt's result
+    cdef public object last_error  # the details of the last attempt that found no connection (or None)
     cdef list _ok                # per slot: attempts that succeeded since take_counts()
     cdef list _failed            # ... and that failed
     cdef list _schedule          # round_robin by weight: the slots each rotation starts at, in turn (None: even)

@@ -81,7 +81,8 @@ def grpc_details(details: Optional[str], answered: bool, subchannels: Any = None
     if not answered and details in _LOCAL_ENDS:
         return details[len(_STREAM_REMOVED):-1]
     if subchannels is not None and details and details.startswith(_NO_CONNECTION):
-        return f"{subchannels.failing_words}{details[len(_NO_CONNECTION):]}{subchannels.failing_note}"
+        words: str = subchannels.failing_details(details)
+        return words
     return details
 
 

@@ -481,9 +481,19 @@ class Subchannels:
                 log.exception("subchannel listener failed")
 
     def unavailable_details(self) -> str:
+        """A call that fails fast, finding no connection to try: in grpcio's words, with the last connection error
+        an attempt met here (the target's name when none has)."""
         if self.resolution_error:
             return self.resolution_error
+        last = self.picker.last_error
+        if last is not None and last.startswith(_PICK_FIRST_FAILING):
+            return self.failing_details(last)
         return f"failed to connect to all addresses of {self.target.authority!r}"
+
+    def failing_details(self, details: str) -> str:
+        """A subchannel's details for an attempt that found no connection (pick_first's words: a grpcio channel
+        on one address) as this channel's LB policy words them."""
+        return f"{self.failing_words}{details[len(_PICK_FIRST_FAILING):]}{self.failing_note}"
 
     def _take_all(self) -> List[Any]:
         """Closing: every grpcio channel, taken out; no more lookups."""

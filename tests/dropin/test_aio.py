@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import threading
 import time
-from typing import Any
+from typing import Any, List
 
 import grpc
 import pytest
@@ -351,22 +351,35 @@ async def connecting_new_channels(make, backend) -> Any:
 
 
 async def failing_fast_then_writing(make, backend) -> Any:
-    """A channel to a closed port: calls fail fast (UNAVAILABLE); once it is in TRANSIENT_FAILURE, a new stream
-    call's first write() raises the call's error (grpc.aio's call fails while sending its headers), the next one
-    says the call is finished."""
+    """A channel to a closed port: calls fail fast (UNAVAILABLE) in the words of the channel's LB policy with the
+    connection's error; once it is in TRANSIENT_FAILURE, a new stream call's first write() raises the call's error
+    (grpc.aio's call fails while sending its headers), the next one says the call is finished."""
     port = free_port(["127.0.0.1"])  # nobody listens there
-    seen = []
+    seen: List[Any] = []
     async with make(f"127.0.0.1:{port}") as channel:
         for wait_for_ready in (None, False):
             seen.append(await outcome(channel.unary_unary(UNARY)(b"u", timeout=5, wait_for_ready=wait_for_ready)))
             call = channel.stream_stream(BIDI)(timeout=5, wait_for_ready=wait_for_ready)
             first = await outcome(call.write(b"1"))
-            seen.append((first[:2], await outcome(call.write(b"2")), await call.code()))
+            seen.append((first[:3], await outcome(call.write(b"2")), await call.code()))
     async with make(f"127.0.0.1:{port}", options=[("grpc.lb_policy_name", "round_robin")]) as channel:
-        seen.append(await outcome(channel.unary_unary(UNARY)(b"u", timeout=5)))  # in round_robin's words
-    kind, code, details = seen[-1][:3]
-    return [(s[0], s[1]) if s[0] == "error" else s for s in seen[:-1]] + [
-        (kind, code, details.replace(f":{port}:", ":PORT:"))]
+        for _ in range(2):  # in round_robin's words: trying to connect, then failing fast
+            seen.append(await outcome(channel.unary_unary(UNARY)(b"u", timeout=5)))
+            seen.append(await _until(channel, grpc.ChannelConnectivity.TRANSIENT_FAILURE))
+    return repr(seen).replace(f":{port}:", ":PORT:")
+
+
+async def _until(channel: Any, state: grpc.ChannelConnectivity) -> bool:
+    """Until the channel is in `state` (within 5 s: False if not)."""
+    async def reached() -> None:
+        while (now := channel.get_state()) is not state:
+            await channel.wait_for_state_change(now)
+
+    try:
+        await asyncio.wait_for(reached(), 5)
+    except asyncio.TimeoutError:
+        return False
+    return True
 
 
 class _WrappingRequests(aio.StreamUnaryClientInterceptor, aio.StreamStreamClientInterceptor):

@@ -221,14 +221,33 @@ def closing(make, backend) -> Any:
 
 def no_backend_takes_the_call(make, backend) -> Any:
     """A channel whose one address refuses connections: calls fail UNAVAILABLE in the words of the channel's LB
-    policy (pick_first's, round_robin's)."""
+    policy (pick_first's, round_robin's) with the connection's error, the first (which tries to connect) and the
+    next ones (which fail fast, the channel in TRANSIENT_FAILURE)."""
     port = free_port(["127.0.0.1"])  # nobody listens there
     seen = []
     for policy in ("pick_first", "round_robin"):
         with make(f"127.0.0.1:{port}", options=[("grpc.lb_policy_name", policy)]) as channel:
-            kind, is_call, code, details = outcome(lambda c=channel: c.unary_unary(UNARY)(b"x", timeout=5))[:4]
-            seen.append((kind, is_call, code, details.replace(f":{port}:", ":PORT:")))
+            for call in range(2):
+                if call:
+                    seen.append(_until_failing(channel))
+                kind, is_call, code, details = outcome(lambda c=channel: c.unary_unary(UNARY)(b"x", timeout=5))[:4]
+                seen.append((kind, is_call, code, details.replace(f":{port}:", ":PORT:")))
     return seen
+
+
+def _until_failing(channel: Any) -> bool:
+    """Until the channel reports TRANSIENT_FAILURE (within 5 s: False if not)."""
+    failing = threading.Event()
+
+    def seen(state: grpc.ChannelConnectivity) -> None:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            failing.set()
+
+    channel.subscribe(seen)
+    try:
+        return failing.wait(5)
+    finally:
+        channel.unsubscribe(seen)
 
 
 @pytest.mark.parametrize("scenario", [refused_options, connecting_new_channels, closing, no_backend_takes_the_call],

@@ -351,6 +351,16 @@ def test_not_sent_goes_to_an_unused_address_until_none_is_left():
     assert names(m.status(1, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.2)) == [("DELIVER", 1)]
 
 
+def test_the_picker_keeps_the_last_no_connection_details_for_calls_that_fail_fast():
+    p = picker(2)
+    m = machine(CallPolicy(), pick=p)
+    m.start(0.0, b"x")
+    m.status(0, UNAVAILABLE, NOT_SENT_DETAILS + " 0", None, 0.1)
+    assert p.last_error == NOT_SENT_DETAILS + " 0"
+    m.status(1, UNAVAILABLE, "other", None, 0.2)  # a backend's failure: not how a call that finds none is worded
+    assert p.last_error == NOT_SENT_DETAILS + " 0"
+
+
 def test_not_sent_with_wait_for_ready_waits_for_news_of_a_used_address():
     p = picker(1)
     m = machine(CallPolicy(), pick=p, wait_for_ready=True, deadline=10.0)
