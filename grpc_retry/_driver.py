@@ -68,7 +68,6 @@ def local_status(code: int, details: str, subchannels: Any, machine: CallMachine
 
 
 _STREAM_REMOVED = "Stream removed ("
-_NO_CONNECTION = "failed to connect to all addresses; "  # (a subchannel's: a grpcio channel on one address)
 _LOCAL_ENDS = ("Stream removed (Deadline Exceeded)", "Stream removed (Channel closed!)")
 
 
@@ -80,7 +79,7 @@ def grpc_details(details: Optional[str], answered: bool, subchannels: Any = None
     (`subchannels`) words it."""
     if not answered and details in _LOCAL_ENDS:
         return details[len(_STREAM_REMOVED):-1]
-    if subchannels is not None and details and details.startswith(_NO_CONNECTION):
+    if subchannels is not None and details:
         words: str = subchannels.failing_details(details)
         return words
     return details

@@ -486,13 +486,15 @@ class Subchannels:
         if self.resolution_error:
             return self.resolution_error
         last = self.picker.last_error
-        if last is not None and last.startswith(_PICK_FIRST_FAILING):
+        if last is not None:
             return self.failing_details(last)
         return f"failed to connect to all addresses of {self.target.authority!r}"
 
     def failing_details(self, details: str) -> str:
-        """A subchannel's details for an attempt that found no connection (pick_first's words: a grpcio channel
-        on one address) as this channel's LB policy words them."""
+        """An attempt's status details, where a subchannel found no connection (pick_first's words: a grpcio
+        channel on one address), as this channel's LB policy words them."""
+        if not details.startswith(_PICK_FIRST_FAILING):
+            return details
         return f"{self.failing_words}{details[len(_PICK_FIRST_FAILING):]}{self.failing_note}"
 
     def _take_all(self) -> List[Any]:
