@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import math
 from time import monotonic
-from typing import Any, AsyncIterator, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
 import grpc
 from grpc import aio
 
 from grpc_retry import _bases as bases
 from grpc_retry._backends import AioSubchannels
-from grpc_retry._backends.xds.router import RouteError, XdsRouter
+from grpc_retry._backends.xds import own_client
+from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
@@ -34,6 +35,9 @@ from grpc_retry.aio._channel import (
     by_kind,
 )
 from grpc_retry.aio._timers import CallTimers
+
+if TYPE_CHECKING:
+    from grpc_retry._backends.xds.router import XdsRouter
 
 
 class _Routed(RoutedMethod):
@@ -298,6 +302,8 @@ class XdsChannel(Channel):
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> None:
+        from grpc_retry._backends.xds.router import XdsRouter  # (the envoy protos: only once the extra is found)
+
         self._state = ChannelState(target, options)
         self._interceptors = by_kind(interceptors)
         self._timers = CallTimers()
@@ -344,10 +350,6 @@ class XdsChannel(Channel):
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Optional[Channel]:
-    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target goes whole to
-    grpcio)."""
-    try:
-        import envoy  # noqa: F401
-    except ImportError:
-        return None
-    return XdsChannel(target, options, credentials, compression, interceptors)
+    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target then goes whole to
+    one grpcio channel, and grpcio's xDS client serves it)."""
+    return XdsChannel(target, options, credentials, compression, interceptors) if own_client(target) else None

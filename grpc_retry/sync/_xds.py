@@ -16,7 +16,8 @@ import grpc
 
 from grpc_retry import _bases as bases
 from grpc_retry._backends import SyncSubchannels
-from grpc_retry._backends.xds.router import RouteError, XdsRouter
+from grpc_retry._backends.xds import own_client
+from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
@@ -328,6 +329,8 @@ class XdsChannel(Channel):
 
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]) -> None:
+        from grpc_retry._backends.xds.router import XdsRouter  # (the envoy protos: only once the extra is found)
+
         self._state = ChannelState(target, options)
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
@@ -366,9 +369,5 @@ class XdsChannel(Channel):
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                 compression: Optional[grpc.Compression]) -> Optional[Channel]:
     """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target then goes whole to
-    grpcio)."""
-    try:
-        import envoy  # noqa: F401
-    except ImportError:
-        return None
-    return XdsChannel(target, options, credentials, compression)
+    one grpcio channel, and grpcio's xDS client serves it)."""
+    return XdsChannel(target, options, credentials, compression) if own_client(target) else None

@@ -1,5 +1,6 @@
 """What a rejected xDS resource says: every problem found, by field path, as gRPC's core collects them (sorted,
-each field's problems once)."""
+each field's problems once); and what a call no route takes fails with. Needs no envoy protos: the channels import
+it whether or not the `xds` extra is installed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ class ResourceError(ValueError):
         self.name = name
         self.errors = errors
         super().__init__("; ".join(errors))
+
+
+class RouteError(Exception):
+    """A call no route of the current config can take (or its cluster drops): it fails UNAVAILABLE with this
+    message."""
 
 
 class Errors:

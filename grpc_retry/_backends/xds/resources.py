@@ -10,7 +10,7 @@ from typing import Any, Callable, Tuple
 try:
     from grpc_retry._backends.xds import clusters, endpoints, listener, routes
 except ImportError as error:  # pragma: no cover (the extra is missing)
-    raise ImportError("an xds: target needs grpc_retry's xds extra: pip install 'grpc_retry[xds]'") from error
+    raise ImportError("grpc_retry's own xDS client needs its xds extra: pip install 'grpc_retry[xds]'") from error
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from grpc_retry._backends.xds.bootstrap import load
 from grpc_retry._backends.xds.client import XdsClient
 from grpc_retry._backends.xds.clusters import DEFAULT_MAX_REQUESTS
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
+from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
 from grpc_retry._options import RetryOptions
@@ -37,11 +38,6 @@ NO_RETRIES = RetryPolicy(max_attempts=1, initial_backoff=1.0, max_backoff=1.0, b
                          retryable_status_codes=frozenset())
 
 MakeSubchannels = Callable[[Any, RetryOptions], Any]  # (a Target or target string, its options) -> Subchannels
-
-
-class RouteError(Exception):
-    """A call no route of the current config can take (or its cluster drops): it fails UNAVAILABLE with this
-    message."""
 
 
 class Gate:
