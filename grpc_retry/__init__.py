@@ -15,6 +15,10 @@ __all__ = ["Channel", "MethodStats", "ServiceConfigError", "ServiceConfigWarning
            "__version__", "insecure_channel", "install", "secure_channel", "uninstall", "xds_status"]
 
 trace_from_environment()  # GRPC_RETRY_TRACE=1: the trace log on stderr
+import logging as _logging  # noqa: E402
+
+# A library prints nothing unasked: with no handler, logging's last resort would put our warnings on stderr.
+_logging.getLogger("grpc_retry").addHandler(_logging.NullHandler())
 
 # Last: grpc_retry._backends, imported before the channels, would import the portable transport ahead of the sync
 # channel it imports from (a cycle).

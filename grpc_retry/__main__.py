@@ -18,29 +18,41 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Validate a service config (JSON) exactly as a grpc_retry channel does: print every error and "
                     "warning with its path, then per method the policy, the attempts after the client's cap, "
                     "the backoff bounds per retry (or when hedges are sent), and the throttling threshold. "
-                    "Exit status: 0 valid, 1 invalid, 2 usage.")
+                    "Exit status: 0 valid, 1 invalid (with --strict: or any warning), 2 usage.")
     check.add_argument("file", help="the config file, or - for standard input")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 1 on warnings too (likely mistakes that gRPC accepts, such as a misspelt key): "
+                            "for CI")
     check.add_argument("--json", action="store_true", help="print the report as JSON, for machines")
     check.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                        help="the client's cap on maxAttempts, as the grpc_retry.max_attempts option (default 5)")
     demo = commands.add_parser(
-        "demo", help="the same workload through grpcio and grpc_retry, side by side, and what it shows",
-        description="Start three local backends (separate processes): one healthy, one failing a share of calls "
-                    "with UNAVAILABLE, one with a slow tail. Run the same unary workload through plain grpcio "
-                    "(its own retries, the same service config) and through grpc_retry with no policy, a retry "
-                    "policy and a hedging policy; print a table per channel (success rate, p50/p99/p99.9 "
-                    "latency, attempts per call, share of retries that went to a backend the call had not used) "
-                    "and what it means. A progress bar, the table and the chart need: "
-                    'pip install "grpc_retry[demo]".')
-    demo.add_argument("--calls", type=int, default=2000, help="calls per channel (default 2000)")
-    demo.add_argument("--concurrency", type=int, default=4, help="calls in flight (default 4)")
-    demo.add_argument("--sync", action="store_true", help="use the sync API (threads) instead of asyncio")
-    demo.add_argument("--plot", metavar="FILE.png", help="write a latency CDF chart of every channel (matplotlib)")
-    demo.add_argument("--fail-share", type=float, default=0.5,
-                      help="share of calls the flaky backend fails with UNAVAILABLE (default 0.5)")
-    demo.add_argument("--slow-share", type=float, default=0.1,
-                      help="share of calls the slow backend holds for 200 ms (default 0.1)")
-    demo.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
+        "demo", help="the same workload through grpcio and grpc_retry, side by side",
+        description="Start three local backends (separate processes): one healthy, one failing a share of its "
+                    "calls with UNAVAILABLE, one holding a share of its calls 200 ms. Run the same unary workload "
+                    "through plain grpcio with a retry policy (its own retries) and through grpc_retry with no "
+                    "policy, the same retry policy, that retry policy with outlier detection, and a hedging "
+                    "policy. Print one table, a row per channel: failed calls, p50 and p99 latency of the calls "
+                    "that succeeded, attempts per call, and the share of retries that went to a backend the call "
+                    "had not used; then a sentence on each difference. Progress goes to stderr while it runs. The "
+                    "progress bar and the terminal table use rich, --plot uses matplotlib: the demo extra, "
+                    'installed from the checkout with pip install -e ".[demo]". Without rich, and when piped, '
+                    "the table is plain text.")
+    demo.add_argument("--calls", type=int, default=2000, metavar="N",
+                      help="calls per channel (default 2000, at least 10)")
+    demo.add_argument("--concurrency", type=int, default=4, metavar="N", help="calls in flight at once (default 4)")
+    demo.add_argument("--sync", action="store_true",
+                      help="use the sync API (a thread per call in flight) instead of asyncio")
+    demo.add_argument("--plot", metavar="FILE.png",
+                      help="also write a chart of the latency tail (matplotlib): the share of calls not answered "
+                           "successfully after each latency, log-log, a line per channel")
+    demo.add_argument("--fail-share", type=float, default=0.5, metavar="SHARE",
+                      help="share of its calls the flaky backend fails with UNAVAILABLE (default 0.5, under 1)")
+    demo.add_argument("--slow-share", type=float, default=0.1, metavar="SHARE",
+                      help="share of its calls the slow backend holds 200 ms (default 0.1, from 0 to 1)")
+    demo.add_argument("--json", action="store_true",
+                      help="print the figures as one JSON object, a key per channel, instead of the table and "
+                           "sentences")
     status = commands.add_parser(
         "xds-status", help="follow xds: targets and print every resource their xDS servers sent",
         description="Read the xDS bootstrap as grpcio does (GRPC_XDS_BOOTSTRAP, else GRPC_XDS_BOOTSTRAP_CONFIG), "
@@ -62,11 +74,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         from grpc_retry._check_config import main as check_config
 
-        return check_config(args.file, args.json, args.max_attempts)
+        return check_config(args.file, args.json, args.max_attempts, strict=args.strict)
     if args.command == "demo":
         if args.calls < 10 or args.concurrency < 1 or not 0 <= args.fail_share < 1 or not 0 <= args.slow_share <= 1:
-            print("demo: --calls must be at least 10, --concurrency at least 1, the shares in [0, 1)",
-                  file=sys.stderr)
+            print("demo: --calls must be at least 10, --concurrency at least 1, --fail-share in [0, 1), "
+                  "--slow-share in [0, 1]", file=sys.stderr)
             return 2
         from grpc_retry._demo import main as demo_main
 

@@ -148,7 +148,10 @@ def _print_human(report: Dict[str, Any], out: TextIO) -> None:
         print(f"  health checks: Health/Watch for service {report['health_check_service']!r}", file=out)
 
 
-def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] = None) -> int:
+def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] = None, *,
+         strict: bool = False) -> int:
+    """Check the config at `path` ("-": standard input) and print the report. `strict`: a warning fails the check
+    too (a CI job that must not publish a config with a misspelt key)."""
     out = out or sys.stdout
     try:
         text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
@@ -156,8 +159,11 @@ def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] 
         print(f"check-config: cannot read {path}: {error}", file=sys.stderr)
         return EXIT_USAGE
     report = check(text, max_attempts_cap)
+    failed = not report["valid"] or strict and bool(report["warnings"])
     if as_json:
         print(json.dumps(report, indent=2), file=out)
     else:
         _print_human(report, out)
-    return EXIT_VALID if report["valid"] else EXIT_INVALID
+        if failed and report["valid"]:
+            print(f"failed: --strict and {len(report['warnings'])} warning(s)", file=out)
+    return EXIT_INVALID if failed else EXIT_VALID

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 from grpc_retry._json import JsonReader, cut, decode, listing
 from grpc_retry._json import show as _show
+from grpc_retry._suggest import closest, did_you_mean, hint
 
 log = logging.getLogger("grpc_retry")
 
@@ -47,6 +48,12 @@ STATUS_CODE_NAMES = (
 )
 LB_POLICIES = ("pick_first", "round_robin")
 OUTLIER_DETECTION = "outlier_detection_experimental"  # the name C-core registers for A50's policy
+# Policies other gRPC clients implement: skipped as any unknown name, but never "corrected" to one of ours.
+_OTHER_LB_POLICIES = frozenset((
+    "grpclb", "weighted_round_robin", "least_request_experimental", "ring_hash_experimental", "rls_experimental",
+    "priority_experimental", "weighted_target_experimental", "cds_experimental", "xds_cluster_impl_experimental",
+    "xds_cluster_manager_experimental", "xds_cluster_resolver_experimental", "xds_override_host_experimental",
+    "xds_wrr_locality_experimental", "pick_first_ignore_empty_updates", "autosharding_experimental"))
 
 _STATUS_CODES = {name: code for code, name in enumerate(STATUS_CODE_NAMES)}
 # proto3 JSON: seconds, up to 9 fractional digits, "s" (and ".01s", which grpc-go's published example writes)
@@ -57,18 +64,23 @@ _MILLI = Decimal("0.001")
 class ServiceConfigError(ValueError):
     """An invalid service config; `errors` lists every problem as "path: reason"."""
 
+    __module__ = "grpc_retry"  # tracebacks name it as applications import it (pickle finds it there too)
     errors: list[str]
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = list(errors)
         super().__init__("invalid service config: " + listing(self.errors))
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Unpickling calls the class with self.args, the message: it takes the list.
+        return type(self), (self.errors,), self.__dict__
+
 
 class ServiceConfigWarning(UserWarning):
     """A service config that gRPC accepts but that likely does not say what was meant: unknown keys (gRPC
     ignores them: a misspelt one changes behaviour silently), names that can never match a method."""
 
-
+    __module__ = "grpc_retry"
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,11 @@ def parse_service_config(text: Optional[str], *, max_attempts_cap: int = 5) -> S
     if parser.errors or config is None:
         raise ServiceConfigError(parser.errors)
     return config
+
+
+def _policy_near(name: str, ours: Tuple[str, ...]) -> Optional[str]:
+    """The policy of `ours` that `name` is likely a misspelling of; None for a policy other gRPC clients have."""
+    return None if name.lower() in _OTHER_LB_POLICIES else closest(name, ours)
 
 
 # The keys gRPC knows in each object of the schema (some of which grpc_retry does not use).
@@ -366,7 +383,9 @@ class _Parser(JsonReader):
                 self.error(item_path, "must be a status code name or number")
                 continue
             if code is None:
-                self.error(item_path, f"unknown status code {_show(item)}")
+                # OK is never a valid entry: never the suggestion.
+                meant = did_you_mean(item, STATUS_CODE_NAMES[1:]) if isinstance(item, str) else ""
+                self.error(item_path, f"unknown status code {_show(item)}{meant}")
             elif code == 0:
                 self.error(item_path, ok_reason)
             else:
@@ -401,8 +420,10 @@ class _Parser(JsonReader):
         name = self.json_string(value, path)
         if name == "":
             return None  # proto3's default value: unset
+        near = None if name is None else _policy_near(name, LB_POLICIES)
         return self.check(None if name is None else name.lower(), path, lambda n: n in LB_POLICIES,
-                          f"unsupported policy {_show(name)} (supported: {', '.join(LB_POLICIES)})")
+                          f"unsupported policy {_show(name)}"
+                          + (hint(near) if near else f" (supported: {', '.join(LB_POLICIES)})"))
 
     def lb_config(self, value: Any, path: str) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
         """As gRPC: the first entry that names a policy this client implements wins, and the entries after it
@@ -411,6 +432,7 @@ class _Parser(JsonReader):
         if items is None:
             return None
         skipped = []
+        misspelt: dict[str, str] = {}  # skipped name -> our policy it is close to
         for i, item in enumerate(items):
             item_path = f"{path}[{i}]"
             entry = self.json_object(item, item_path)
@@ -422,6 +444,10 @@ class _Parser(JsonReader):
             ((name, policy_config),) = entry.items()
             if name not in LB_POLICIES and name != OUTLIER_DETECTION:
                 skipped.append(name)
+                near = _policy_near(name, LB_POLICIES + (OUTLIER_DETECTION,))
+                if near is not None:  # skipped as gRPC does; but most likely a typo of one that would be used
+                    self.warnings.append(f"{item_path}.{name}: unknown policy, skipped{hint(near)}")
+                    misspelt.setdefault(name, near)
                 continue
             if self.json_object(policy_config, f"{item_path}.{name}") is None:
                 return None
@@ -431,7 +457,11 @@ class _Parser(JsonReader):
             if name == OUTLIER_DETECTION:
                 return self.outlier_detection(policy_config, f"{item_path}.{name}")
             return name, None
-        self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES + (OUTLIER_DETECTION,))})")
+        if misspelt:
+            written, near = next(iter(misspelt.items()))
+            self.error(path, f"no supported policy (found {_show(written)}: did you mean {near!r}?)")
+        else:
+            self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES + (OUTLIER_DETECTION,))})")
         return None
 
     def outlier_detection(self, obj: dict[str, Any], path: str

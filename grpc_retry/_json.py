@@ -3,13 +3,14 @@ twice, and a reader that records every error with its field path rather than sto
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 
 from google.protobuf import duration_pb2
+
+from grpc_retry._suggest import closest, hint
 
 _DURATION = re.compile(r"-?([0-9]+(\.[0-9]{1,9})?|\.[0-9]{1,9})s")
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # proto3 JSON: numbers as strings too
@@ -103,6 +104,9 @@ class JsonReader:
     def __init__(self) -> None:
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        # The path of a known key -> the unknown key written next to it that is closest to it: a required key
+        # found missing names its likely misspelling.
+        self.misspelt: dict[str, str] = {}
 
     def error(self, path: str, reason: str) -> None:
         self.errors.append(f"{path}: {reason}")
@@ -114,15 +118,16 @@ class JsonReader:
                 self.error(path, f"duplicate key {show(key)}")
 
     def unknown_keys(self, obj: dict[str, Any], path: str, known: Tuple[str, ...]) -> None:
-        """A warning for each key of `obj` not among `known`, with the known key it is closest to."""
+        """A warning for each key of `obj` not among `known`, with the known key it is closest to. Call it before
+        get() on `obj`: a required key missing is then reported with its misspelling."""
         folded = {k.lower() for k in known}
         for key in obj:
             if key not in known and key.lower() not in folded:  # (a known key in another case is read: get())
-                near = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
-                hint = "" if not near else \
-                    f" (did you mean {next(k for k in known if k.lower() == near[0])!r}?)"
+                near = closest(key, known)
                 where = key if path == "<root>" else f"{path}.{key}"
-                self.warnings.append(f"{where}: unknown key, ignored{hint}")
+                self.warnings.append(f"{where}: unknown key, ignored{hint(near)}")
+                if near is not None:
+                    self.misspelt.setdefault(near if path == "<root>" else f"{path}.{near}", key)
 
     def get(self, obj: dict[str, Any], path: str, key: str, kind: Callable[[Any, str], Optional[_T]],
             required: bool = False) -> Optional[_T]:
@@ -138,7 +143,9 @@ class JsonReader:
                                      "case-sensitively and would ignore it)")
         if value is None:
             if required:
-                self.error(path, "is required")
+                written = self.misspelt.get(path)
+                self.error(path, "is required" if written is None else
+                           f"is required (found {show(written)}: did you mean {key!r}?)")
             return None
         return kind(value, path)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
+import functools
 import json
 import sys
 import warnings
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from grpc_retry._config import ServiceConfig, ServiceConfigWarning, parse_service_config
+from grpc_retry._suggest import closest, hint
 
 SERVICE_CONFIG = "grpc.service_config"
 ENABLE_RETRIES = "grpc.enable_retries"
@@ -26,6 +27,7 @@ DNS_REFRESH = "grpc_retry.dns_refresh_ms"
 DNS_MIN_INTERVAL = "grpc.dns_min_time_between_resolutions_ms"  # gRPC's own: read, and passed on
 CONNECTIONS = "grpc_retry.connections_per_address"
 MAX_SERVER_DELAY = "grpc_retry.max_server_delay"
+INHIBIT_HEALTH = "grpc.inhibit_health_checking"  # gRPC's own: read by the backends, and passed on
 
 DEFAULT_PER_RPC_BUFFER = 256 * 1024
 DEFAULT_CHANNEL_BUFFER = 16 * 1024 * 1024
@@ -105,14 +107,20 @@ def parse_options(options: OptionsType) -> RetryOptions:
         if name in (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, LB_POLICY) or name in OURS:
             ours[name] = value  # as in grpcio, the last value given wins
         elif isinstance(name, str) and name.startswith("grpc_retry."):  # only ours: a typo, not grpcio's
-            near = difflib.get_close_matches(name, OURS, n=1)
+            near = closest(name, OURS)
             raise ValueError(f"channel option {name}: unknown grpc_retry option"
-                             + (f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(OURS)})"))
+                             + (f" (did you mean {near}?)" if near else f" (known: {', '.join(OURS)})"))
         else:
             _check_as_grpcio(name, value)
             rest.append((name, value))
             if name == DNS_MIN_INTERVAL:
                 ours[name] = value
+            elif isinstance(name, str) and name.startswith("grpc."):
+                near = _near_grpc_name(name)
+                if near is not None:  # grpcio ignores a name it does not know: the setting would be lost silently
+                    warnings.warn(f"channel option {name}: not one grpc_retry reads; passed on to grpcio, which "
+                                  f"ignores names it does not know (did you mean {near}?)", UserWarning,
+                                  stacklevel=_application_level())
 
     for name in (ENABLE_RETRIES, ENABLE):
         flag = ours.get(name, 1)
@@ -141,7 +149,9 @@ def parse_options(options: OptionsType) -> RetryOptions:
 
     lb = ours.get(LB_POLICY)
     if lb is not None and lb not in LB_POLICIES:
-        raise ValueError(f"channel option {LB_POLICY}: must be one of {', '.join(LB_POLICIES)}, got {lb!r}")
+        near = closest(lb, LB_POLICIES) if isinstance(lb, str) else None
+        raise ValueError(f"channel option {LB_POLICY}: must be one of {', '.join(LB_POLICIES)}, got {lb!r}"
+                         + hint(near))
     # The service config's choice wins over the channel option, as in gRPC.
     lb_policy = config.lb_policy or lb or "pick_first"
 
@@ -158,6 +168,17 @@ def parse_options(options: OptionsType) -> RetryOptions:
                         -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider,
                         refresh / 1000, min_interval / 1000, connections,
                         DEFAULT_MAX_SERVER_DELAY if server_delay is None else server_delay)
+
+
+# The grpc.* names a near miss of which is warned: those grpc_retry reads, and its own (written as grpc.*).
+_READ_NAMES = (SERVICE_CONFIG, ENABLE_RETRIES, PER_RPC_BUFFER, LB_POLICY, DNS_MIN_INTERVAL, INHIBIT_HEALTH) + OURS
+
+
+@functools.lru_cache(maxsize=256)  # a lookup costs ~60 us, a channel ~80 us; an application has few option names
+def _near_grpc_name(name: str) -> Optional[str]:
+    """The name grpc_retry reads that a grpc.* option it does not read is a near miss of, or None. The cutoff
+    is high: no channel argument C-core 1.85 knows is this close to one of these, so none of grpcio's is flagged."""
+    return None if name in _READ_NAMES else closest(name, _READ_NAMES, cutoff=0.8)
 
 
 def _parse(text: Optional[str], cap: int) -> ServiceConfig:

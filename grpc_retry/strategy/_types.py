@@ -85,6 +85,8 @@ class RetryStrategyError(Exception):
     """The strategy gave up. `outcome` is the last try's outcome (None if no try ran), `attempts` the number of
     tries made; the last try's exception is also the `__cause__`."""
 
+    __module__ = "grpc_retry.strategy"  # tracebacks name the errors as applications import them (pickle too)
+
     def __init__(self, message: str, outcome: Optional[Outcome[Any]] = None, attempts: int = 0) -> None:
         super().__init__(message)
         self.outcome = outcome
@@ -96,22 +98,32 @@ class RetryStrategyError(Exception):
 class TooManyAttemptsError(RetryStrategyError):
     """Every one of `max_attempts` tries failed with a retryable error."""
 
+    __module__ = "grpc_retry.strategy"
+
 
 class RetryTimeoutError(RetryStrategyError):
     """The total time limit would pass before the next try could start."""
+
+    __module__ = "grpc_retry.strategy"
 
 
 class RetryCapacityExceededError(RetryStrategyError):
     """The token bucket had no capacity for the next try, and was not set to wait for it."""
 
+    __module__ = "grpc_retry.strategy"
+
 
 class ResultRejectedError(RetryStrategyError):
     """The policy answered `TerminateAndFail` to a try that returned a value (there is no exception to raise)."""
+
+    __module__ = "grpc_retry.strategy"
 
 
 class CapacityUnavailable(Exception):
     """Raised by a token bucket that cannot grant a token now. `retry_after`: seconds until it can (the strategy
     sleeps that long and asks again), or None: the strategy fails at once."""
+
+    __module__ = "grpc_retry.strategy"
 
     def __init__(self, retry_after: Optional[float] = None) -> None:
         super().__init__(retry_after)

@@ -115,3 +115,31 @@ def test_outlier_detection_and_health_checks_are_shown(tmp_path, capsys):
     report = json.loads(out.out)
     assert report["outlier_detection"]["failure_percentage_ejection"]["threshold"] == 60
     assert report["health_check_service"] == "pkg.Svc"
+
+
+def test_strict_fails_on_warnings_alone(tmp_path, capsys):
+    doc = {"methodConfig": [{"name": [{"service": "pkg.Svc"}], "hedgingPolicy": {"maxAttempts": 2,
+                                                                                 "hedgeDelay": "1s"}}]}
+    code, out = run(tmp_path, capsys, doc)
+    assert code == 0 and out.out.startswith("warning: ")
+    code, out = run(tmp_path, capsys, doc, "--strict")
+    assert code == 1
+    assert out.out.splitlines()[1] == "valid, 1 warning(s)"  # the report is the same; only the verdict differs
+    assert out.out.splitlines()[-1] == "failed: --strict and 1 warning(s)"
+    code, out = run(tmp_path, capsys, doc, "--strict", "--json")
+    assert code == 1 and json.loads(out.out)["valid"]
+
+
+def test_strict_passes_a_clean_config_and_fails_an_invalid_one(tmp_path, capsys):
+    code, out = run(tmp_path, capsys, CONFIG, "--strict")
+    assert code == 0 and "failed" not in out.out
+    code, out = run(tmp_path, capsys, {"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 1}}]},
+                    "--strict")
+    assert code == 1 and out.out.splitlines()[-1].startswith("invalid: ")
+
+
+def test_strict_from_the_module_entry_point():
+    done = subprocess.run([sys.executable, "-m", "grpc_retry", "check-config", "--strict", "-"],
+                          input='{"loadBalancingPolcy": "round_robin"}', capture_output=True, text=True, cwd="/")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "loadBalancingPolcy: unknown key, ignored (did you mean 'loadBalancingPolicy'?)" in done.stdout

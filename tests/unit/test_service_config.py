@@ -147,7 +147,7 @@ INVALID = [
     (retry(retryableStatusCodes=[0]), f"{R}.retryableStatusCodes[0]: OK cannot be retryable"),
     (
         retry(retryableStatusCodes=["unavailable"]),
-        f"{R}.retryableStatusCodes[0]: unknown status code 'unavailable'",
+        f"{R}.retryableStatusCodes[0]: unknown status code 'unavailable' (did you mean 'UNAVAILABLE'?)",
     ),
     (
         retry(retryableStatusCodes=["UNAVAILABLE", "NOPE"]),
@@ -174,7 +174,7 @@ INVALID = [
     (hedging(nonFatalStatusCodes=["OK"]), f"{H}.nonFatalStatusCodes[0]: OK cannot be non-fatal"),
     (
         hedging(nonFatalStatusCodes=["Internal"]),
-        f"{H}.nonFatalStatusCodes[0]: unknown status code 'Internal'",
+        f"{H}.nonFatalStatusCodes[0]: unknown status code 'Internal' (did you mean 'INTERNAL'?)",
     ),
     # other method fields
     (method(timeout="-1s"), f"{M}.timeout: must not be negative"),
@@ -220,9 +220,8 @@ INVALID = [
         "(supported: pick_first, round_robin, outlier_detection_experimental)",
     ),
     (
-        {"loadBalancingConfig": [{"ROUND_ROBIN": {}}]},
-        "loadBalancingConfig: no supported policy "
-        "(supported: pick_first, round_robin, outlier_detection_experimental)",
+        {"loadBalancingConfig": [{"ROUND_ROBIN": {}}]},  # keys are case-sensitive here
+        "loadBalancingConfig: no supported policy (found 'ROUND_ROBIN': did you mean 'round_robin'?)",
     ),
 ]
 
