@@ -18,6 +18,7 @@ with grpc_retry.insecure_channel(f"127.0.0.1:{server.port}",
                                  options=[("grpc.service_config", SERVICE_CONFIG)]) as channel:
     response, call = channel.unary_unary(CALL).with_call(b"hello", timeout=5)
     print("client:", response, "trailing metadata:", call.trailing_metadata())
-    print("client: retry statistics:", channel.retry_stats())
+    print("client: retry statistics:")
+    print(channel.retry_stats())
 assert len(server.attempts) == 3
 server.stop()

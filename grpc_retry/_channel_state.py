@@ -8,6 +8,7 @@ import logging
 import math
 import random
 import threading
+import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from grpc_retry._backends.outliers import OutlierStats
@@ -15,7 +16,7 @@ from grpc_retry._config import RetryPolicy, RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
 from grpc_retry._otel import observe_hedging, observe_outliers
-from grpc_retry._stats import ChannelStats, channel_stats
+from grpc_retry._stats import NO_POLICY, ChannelStats, MethodStats, channel_stats, method_stats
 from grpc_retry._telemetry import Telemetry
 
 log = logging.getLogger("grpc_retry")
@@ -110,7 +111,19 @@ class ChannelState:
 
     def retry_stats(self, outliers: Optional[OutlierStats] = None) -> ChannelStats:
         """A snapshot of each method this channel has called with a retry or hedging policy."""
-        return channel_stats(dict(self._every_policy()), outliers)
+        if not self.options.enable_retries:
+            uncovered = "grpc.enable_retries is 0"
+        else:
+            uncovered = NO_POLICY
+            if self.target.startswith("xds:"):
+                uncovered += ", and no call of it has taken an xDS route with a retry policy yet"
+        return channel_stats(dict(self._every_policy()), outliers, self._uncalled_stats, uncovered)
+
+    def _uncalled_stats(self, method: str) -> Optional[MethodStats]:
+        """Zeros for a method that a retry or hedging policy covers but that has not been called yet, else None.
+        Resolved, not cached: reading stats adds no method to them."""
+        policy = self._resolve(method)
+        return method_stats(policy, time.monotonic()) if policy.max_attempts > 1 else None
 
     def _resolve(self, method: str) -> CallPolicy:
         mc = self.options.service_config.method_config(method)

@@ -126,7 +126,7 @@ def test_retry_stats_count_the_timed_out_attempts(client, backend):
     ch = client.channel(backend.target, retry_options(timed(max_attempts=3)))
     assert ch.unary(UNARY, b"x", timeout=5).code == OK
     stats = ch.channel.retry_stats()[UNARY]
-    assert (stats.attempts_timed_out, stats.retry_attempts, stats.retry_attempts_failed) == (2, 2, 1)
+    assert (stats.attempts_timed_out, stats.retries, stats.retry_attempts_failed) == (2, 2, 1)
 
 
 # -- RetryInfo ----------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_sync_with_call_gives_a_finished_call(backend):
     assert dict(call.trailing_metadata()) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
     assert not call.is_active()
     stats = channel.retry_stats()[UNARY]
-    assert (stats.retry_attempts, stats.retry_attempts_failed) == (1, 0)
+    assert (stats.retries, stats.retry_attempts_failed) == (1, 0)
 
 
 def test_sync_errors_are_rpc_errors_and_calls(backend):
@@ -136,7 +136,7 @@ async def test_aio_call_accessors(backend):
         assert dict(tuple(await call.trailing_metadata())) == {"x-t": "2", "grpc-previous-rpc-attempts": "1"}
         assert call.done() and not call.cancelled()
         stats = channel.retry_stats()[UNARY]
-        assert (stats.retry_attempts, stats.retry_attempts_failed) == (1, 0)
+        assert (stats.retries, stats.retry_attempts_failed) == (1, 0)
 
 
 async def test_aio_error_is_an_aio_rpc_error(backend):

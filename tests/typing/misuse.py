@@ -12,7 +12,7 @@ grpc_retry.insecure_channel(50051)  # E: a target is a string
 grpc_retry.aio.insecure_channel("localhost:50051", interceptors=3)  # E: interceptors are a sequence
 channel = grpc_retry.insecure_channel("localhost:50051")
 stats = channel.retry_stats()
-attempts: str = stats["/pkg.Service/Method"].retry_attempts  # E: a count is an int
+attempts: str = stats["/pkg.Service/Method"].retries  # E: a count is an int
 tries = stats["/pkg.Service/Method"].tries  # E: no such statistic
 stats["/pkg.Service/Method"] = stats["/pkg.Service/Method"]  # E: a snapshot cannot be changed
 tokens: int = channel.throttle_tokens  # E: tokens are Optional[float]
