@@ -12,17 +12,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def compile_protos() -> None:
-    """Generate grpc_retry/_proto/*_pb2.py from third_party/*.proto (never committed)."""
+    """Write grpc_retry/_proto/*_pb2.py from third_party/*.proto (never committed).
+
+    protoc (grpcio-tools, whichever release has a wheel for this Python) only parses each schema into its
+    descriptor; the module is written here. protoc's own modules refuse a protobuf runtime older than the protoc
+    that wrote them, so those of a new grpcio-tools would not load on the oldest protobuf grpc_retry supports.
+    These hold the same descriptor, built by protobuf's builder as every generated module since 3.20 is."""
     import grpc_tools
+    from google.protobuf import descriptor_pb2
     from grpc_tools import protoc  # build requirement
 
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     out = os.path.join(HERE, "grpc_retry", "_proto")
     for proto in sorted(glob.glob(os.path.join(HERE, "third_party", "*.proto"))):
+        descriptors = os.path.join(out, os.path.basename(proto) + ".pb")
         rc = protoc.main(["protoc", f"-I{os.path.join(HERE, 'third_party')}", f"-I{include}",
-                          f"--python_out={out}", proto])
+                          f"--descriptor_set_out={descriptors}", proto])
         if rc != 0:
             sys.exit(f"protoc failed on {proto}")
+        with open(descriptors, "rb") as f:
+            (schema,) = descriptor_pb2.FileDescriptorSet.FromString(f.read()).file
+        os.remove(descriptors)
+        module = schema.name[:-len(".proto")] + "_pb2"
+        imports = "".join(f"import {dependency[:-len('.proto')].replace('/', '.')}_pb2  # noqa: F401 (in the pool)\n"
+                          for dependency in schema.dependency)
+        _write(os.path.join(out, module + ".py"),
+               f'"""{schema.name}, built from third_party/{schema.name} by setup.py."""\n\n'
+               "from google.protobuf import descriptor_pool\nfrom google.protobuf.internal import builder\n\n"
+               f"{imports}\nDESCRIPTOR = descriptor_pool.Default().AddSerializedFile({schema.SerializeToString()!r})\n"
+               "builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())\n"
+               f"builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'grpc_retry._proto.{module}', globals())\n")
 
 
 # The per-call Python of the drivers, compiled as it is (Cython's pure-Python mode: the .py stays the source,
@@ -48,6 +67,7 @@ def _stale(generated: str, source: str) -> bool:
 
 
 NATIVE = os.path.join("build", "native")  # the modules' C as linked into one library (written here)
+INCLUDED = {}  # each file written in NATIVE: the module's C it includes
 
 
 def _write(path: str, text: str) -> None:
@@ -74,6 +94,7 @@ def native(modules):
         _write(wrapper, f"/* {name}, linked into grpc_retry._native (written by setup.py) */\n"
                         f"#define PyInit_{name.rsplit('.', 1)[1]} {init}\n#include \"{include}\"\n")
         wrappers.append(wrapper)
+        INCLUDED[wrapper] = c_file
         entries.append(f'    GRPC_RETRY_MODULE({init}, "{name}")')
     _write(os.path.join(NATIVE, "native_modules.h"),
            "/* grpc_retry._native's modules (written by setup.py) */\n#define GRPC_RETRY_MODULES \\\n"
@@ -100,25 +121,52 @@ def extensions():
 
 
 class BuildExt(build_ext):
-    """Compiles an extension's C files in parallel (setuptools compiles one extension's files one by one, and
-    grpc_retry._native is all of them)."""
+    """Compiles an extension's C files in parallel, the largest first (setuptools compiles one extension's files
+    one by one, and grpc_retry._native is all of them), saying how far it is (pip shows it with -v)."""
 
     def build_extension(self, ext):
         compile_files = self.compiler.compile
+        if self.compiler.compiler_type == "unix" and "CFLAGS" not in os.environ:
+            # Without debug info and at -O2, as the release wheels: Python's own -g -O3 doubles the compile time
+            # and makes a 37 MB library. A CFLAGS of one's own replaces these.
+            ext.extra_compile_args = [*ext.extra_compile_args, "-g0", "-O2"]
 
         def compile_in_parallel(sources, **kwargs):
             for source in sources:  # (the directories first: made concurrently, they race)
                 os.makedirs(os.path.dirname(self.compiler.object_filenames([source], output_dir=kwargs.get(
                     "output_dir") or "")[0]) or ".", exist_ok=True)
+            done = []
+
+            def compile_one(source):
+                objects = compile_files([source], **kwargs)
+                done.append(source)
+                print(f"grpc_retry: compiled {len(done)}/{len(sources)}: {_compiled_name(source)}", file=sys.stderr,
+                      flush=True)
+                return objects
+
+            print(f"grpc_retry: compiling the core ({len(sources)} C files, {JOBS} at a time)", file=sys.stderr,
+                  flush=True)
             with ThreadPoolExecutor(JOBS) as pool:
-                return [obj for objects in pool.map(lambda source: compile_files([source], **kwargs), sources)
-                        for obj in objects]
+                # The largest first: started last, one of them would leave the other cores idle at the end.
+                running = {source: pool.submit(compile_one, source)
+                           for source in sorted(sources, key=_compile_size, reverse=True)}
+                return [obj for source in sources for obj in running[source].result()]
 
         self.compiler.compile = compile_in_parallel
         try:
             super().build_extension(ext)
         finally:
             del self.compiler.compile
+
+
+def _compiled_name(source: str) -> str:
+    """What a file of grpc_retry._native compiles: its module's name, or the library's own C."""
+    return os.path.splitext(os.path.basename(source))[0] if NATIVE in source else "grpc_retry._native"
+
+
+def _compile_size(source: str) -> int:
+    """The size of the C a file compiles (a module's file in build/native includes it)."""
+    return os.path.getsize(INCLUDED.get(source, source))
 
 
 compile_protos()

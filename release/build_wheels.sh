@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The release build: a manylinux wheel of grpc_retry for each CPython this machine has among 3.10-3.13 (pyenv's
+# The release build: a manylinux wheel of grpc_retry for each CPython this machine has among 3.10-3.14 (pyenv's
 # interpreters), compiled without debug info and profile-guided, repaired by auditwheel (the manylinux tag its
 # symbols allow: 2_17) and stripped, into dist/. Other platforms (macOS, Windows, aarch64): cibuildwheel, configured
 # in pyproject.toml (not profile-guided).
@@ -11,7 +11,7 @@
 # profile, not for size). A call's compiled work is mostly cold, so its layout is most of its cost: client CPU per
 # call 4-7% lower than the same build without a profile (bench/HISTORY.md, "Profile-guided").
 #
-#   release/build_wheels.sh                         # 3.10 3.11 3.12 3.13
+#   release/build_wheels.sh                         # each of 3.10 to 3.14 found here
 #   release/build_wheels.sh 3.11                    # one
 #   release/build_wheels.sh 3.11 --plain 3.10 3.13  # and two built once, without a profile (for tests: CI)
 set -euo pipefail
@@ -25,7 +25,6 @@ while [ $# -gt 0 ]; do
         *) versions+=("$1"); shift ;;
     esac
 done
-[ ${#versions[@]} -gt 0 ] || [ ${#plain[@]} -gt 0 ] || versions=(3.10 3.11 3.12 3.13)
 raw=$(mktemp -d)
 tools=$(mktemp -d)
 trap 'rm -rf "$raw" "$tools"' EXIT
@@ -53,6 +52,11 @@ train() {  # $1: the instrumented wheel's Python; runs the training calls on it 
                                                                 --points 'aio_*,sync_*' > /dev/null)
 }
 
+if [ ${#versions[@]} -eq 0 ] && [ ${#plain[@]} -eq 0 ]; then
+    for version in 3.10 3.11 3.12 3.13 3.14; do
+        if interpreter "$version" >/dev/null; then versions+=("$version"); fi
+    done
+fi
 here=$(pwd)
 for version in "${versions[@]}"; do
     python=$(interpreter "$version") || { echo "no Python $version here" >&2; exit 1; }
