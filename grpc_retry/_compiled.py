@@ -14,7 +14,27 @@ import sys
 import types
 from typing import Any, Optional, Sequence
 
-from grpc_retry import _native
+
+def _not_built(error: ImportError) -> ImportError:
+    """What to do when the library is missing: most often Python was started in the checkout's root, whose
+    uncompiled grpc_retry/ shadows the installed package (Python puts the current directory first)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    built = [name for name in os.listdir(package) if name.startswith("_native.") and name.endswith((".so", ".pyd"))]
+    if any("_native" + suffix in built for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        return ImportError(f"grpc_retry's compiled core in {package} does not load: {error}")
+    if built:
+        return ImportError(f"grpc_retry's compiled core in {package} was built for another Python ({built[0]}): "
+                           'build it for this one with pip install -e "." (from the checkout\'s root)')
+    return ImportError(
+        f"grpc_retry's compiled core is not built in {package}: this is its source tree, which Python imports "
+        "ahead of any installed copy when started from the checkout's root. Build it in place with "
+        'pip install -e "." (from the root), or run from another directory.')
+
+
+try:
+    from grpc_retry import _native
+except ImportError as error:
+    raise _not_built(error) from None
 
 PURE_PYTHON_ENV = "GRPC_RETRY_PURE_PYTHON"
 CORE = "grpc_retry._core"  # the one compiled module with no .py source

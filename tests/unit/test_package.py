@@ -105,3 +105,23 @@ def _printed(script: str, cwd: object, env: Optional[Dict[str, str]] = None) -> 
                           env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr
     return ast.literal_eval(done.stdout)
+
+
+def test_a_source_tree_without_its_core_says_how_to_build_it(tmp_path):
+    """Python started in a checkout's root imports its grpc_retry/ ahead of the installed one: where that tree holds
+    no compiled core (or one of another Python), the error says so and what to run, not "circular import"."""
+    import shutil
+
+    package = os.path.dirname(os.path.abspath(grpc_retry.__file__))
+    shutil.copytree(package, tmp_path / "grpc_retry", ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    for other in ("", "_native.cpython-39-x86_64-linux-gnu.so"):
+        if other:
+            (tmp_path / "grpc_retry" / other).write_bytes(b"")
+        # (-S: no site-packages, so that an editable install's finder, which would win, is not there either)
+        done = subprocess.run([sys.executable, "-S", "-c", "import grpc_retry"], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert done.returncode == 1
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("ImportError: grpc_retry's compiled core") and 'pip install -e "."' in last, last
+        assert ("built for another Python (_native.cpython-39" in last) == bool(other), last
+        assert "circular" not in last
