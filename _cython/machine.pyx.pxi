@@ -123,7 +123,8 @@ cpdef int transparent_kind(int code, details):
         return -1
     if "RST_STREAM with error code 7" in details or "GOAWAY received" in details:
         return REFUSED
-    if details.startswith("failed to connect to all addresses"):
+    # (pick_first's words, on a subchannel; round_robin's and xDS's, on a grpcio channel given a whole target)
+    if details.startswith(("failed to connect to all addresses", "connections to all backends failing")):
         return NOT_SENT
     return -1
 

@@ -351,14 +351,16 @@ def test_not_sent_goes_to_an_unused_address_until_none_is_left():
     assert names(m.status(1, UNAVAILABLE, NOT_SENT_DETAILS, None, 0.2)) == [("DELIVER", 1)]
 
 
-def test_the_picker_keeps_the_last_no_connection_details_for_calls_that_fail_fast():
+@pytest.mark.parametrize("words", [NOT_SENT_DETAILS, "connections to all backends failing; last error: UNKNOWN"])
+def test_the_picker_keeps_the_last_no_connection_details_for_calls_that_fail_fast(words: str):
+    """pick_first's words (a subchannel), or round_robin's and xDS's (a grpcio channel on a whole target)."""
     p = picker(2)
     m = machine(CallPolicy(), pick=p)
     m.start(0.0, b"x")
-    m.status(0, UNAVAILABLE, NOT_SENT_DETAILS + " 0", None, 0.1)
-    assert p.last_error == NOT_SENT_DETAILS + " 0"
+    m.status(0, UNAVAILABLE, words + " 0", None, 0.1)
+    assert p.last_error == words + " 0"
     m.status(1, UNAVAILABLE, "other", None, 0.2)  # a backend's failure: not how a call that finds none is worded
-    assert p.last_error == NOT_SENT_DETAILS + " 0"
+    assert p.last_error == words + " 0"
 
 
 def test_not_sent_with_wait_for_ready_waits_for_news_of_a_used_address():
