@@ -283,6 +283,15 @@ def _cygrpc_credentials(credentials: Optional[grpc.ChannelCredentials]) -> Any:
     return None if credentials is None else cast(Any, credentials)._credentials
 
 
+def xds_credentials(credentials: grpc.ChannelCredentials) -> bool:
+    """Whether `credentials` are grpc.xds_channel_credentials(...)'s, under which the clusters' TLS of an xDS config
+    applies (gRFC A29). True too where this grpcio does not let that be told: the answer that never leaves a
+    cluster's TLS unapplied."""
+    kind = _private(cygrpc, "XDSChannelCredentials")
+    inner = getattr(credentials, "_credentials", None)
+    return kind is None or inner is None or isinstance(inner, kind)
+
+
 def sync_state_reader(channel: Any) -> Callable[[bool], int]:
     """sync_connectivity(channel, ·) without the indirection, for a poller that reads many channels often."""
     return cast(Callable[[bool], int], channel._channel.check_connectivity_state)

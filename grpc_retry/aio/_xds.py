@@ -350,6 +350,8 @@ class XdsChannel(Channel):
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Optional[Channel]:
-    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target then goes whole to
-    one grpcio channel, and grpcio's xDS client serves it)."""
-    return XdsChannel(target, options, credentials, compression, interceptors) if own_client(target) else None
+    """A channel of grpc_retry's own xDS client, or None without the `xds` extra or with xDS credentials (the
+    target then goes whole to one grpcio channel, and grpcio's xDS client serves it)."""
+    if not own_client(target, credentials):
+        return None
+    return XdsChannel(target, options, credentials, compression, interceptors)

@@ -368,6 +368,6 @@ class XdsChannel(Channel):
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                 compression: Optional[grpc.Compression]) -> Optional[Channel]:
-    """A channel of grpc_retry's own xDS client, or None without the `xds` extra (the target then goes whole to
-    one grpcio channel, and grpcio's xDS client serves it)."""
-    return XdsChannel(target, options, credentials, compression) if own_client(target) else None
+    """A channel of grpc_retry's own xDS client, or None without the `xds` extra or with xDS credentials (the
+    target then goes whole to one grpcio channel, and grpcio's xDS client serves it)."""
+    return XdsChannel(target, options, credentials, compression) if own_client(target, credentials) else None
