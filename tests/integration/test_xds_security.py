@@ -457,6 +457,21 @@ def test_calls_failing_fast_on_a_failing_tls_cluster_carry_grpcios_details(api: 
     assert mine == oracle
 
 
+def test_a_missing_certificate_fails_calls_and_never_falls_back_to_plaintext(api: str, plane: ControlPlane,
+                                                                            start: Any, pki: Pki,
+                                                                            plaintext: Backend) -> None:
+    """The provider's certificate file is not there: every call fails UNAVAILABLE, as grpcio's, and none reaches
+    the (plaintext) backend: a cluster that asks for TLS gets no connection without it."""
+    serve(plane, plaintext.port)
+    missing = pki.folder / "no-such-client.pem"
+    providers = file_watcher(missing, pki.key("client"), pki.cert("ca"))
+    ours, theirs = start(api, providers), start("grpcio", providers)
+    mine, oracle = together([ours, theirs], {"calls": 5})
+    assert [code for code, _ in mine] == [code for code, _ in oracle] == ["UNAVAILABLE"] * 5, (mine, oracle)
+    assert mine[0] == oracle[0], (mine[0], oracle[0])
+    assert plaintext.attempts == []
+
+
 def test_a_rotated_client_certificate_serves_the_same_channel_as_on_grpcio(api: str, plane: ControlPlane,
                                                                           start: Any, mtls: Any, pki: Pki,
                                                                           tmp_path: Path) -> None:
