@@ -15,8 +15,11 @@ import pytest
 pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
+from envoy.config.core.v3 import base_pb2  # noqa: E402
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2  # noqa: E402
+from envoy.type.matcher.v3 import string_pb2  # noqa: E402
 from support.control_plane import LISTENER, ControlPlane  # noqa: E402
-from support.xds_resources import cluster, endpoints, listener, route_config  # noqa: E402
+from support.xds_resources import cluster, endpoints, listener, packed, route_config  # noqa: E402
 
 import grpc_retry  # noqa: E402
 from grpc_retry._backends.xds import resources  # noqa: E402
@@ -64,6 +67,33 @@ def test_a_rejected_resource_is_shown_with_its_error(plane: ControlPlane) -> Non
     assert code == 1
     (rejected,) = [r for r in json.loads(out)["resources"] if r["type"] == "Cluster"]
     assert rejected["status"] == "nacked" and "lb_policy: LB policy is not supported" in rejected["error"]
+
+
+def test_each_clusters_tls_is_shown(plane: ControlPlane) -> None:
+    """The TLS a cluster's transport socket asks for (gRFC A29): its certificate providers and SAN matchers, or
+    plaintext; a line under the cluster's row, and `tls` in --json."""
+    providers = {"mesh": {"plugin_name": "file_watcher", "config": {"certificate_file": "/c.pem",
+                                                                    "private_key_file": "/k.pem",
+                                                                    "ca_certificate_file": "/ca.pem"}}}
+    env = {"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli", certificate_providers=providers)}
+    code, out, _ = status(env, "xds:///svc", "--json")
+    assert code == 0
+    assert {r["type"]: r["tls"] for r in json.loads(out)["resources"]} == {
+        "Listener": "", "RouteConfiguration": "", "Cluster": "plaintext", "ClusterLoadAssignment": ""}
+    mesh = common_pb2.CertificateProviderPluginInstance(instance_name="mesh")
+    context = tls_pb2.UpstreamTlsContext(common_tls_context=tls_pb2.CommonTlsContext(
+        tls_certificate_provider_instance=mesh, validation_context=common_pb2.CertificateValidationContext(
+            ca_certificate_provider_instance=mesh, match_subject_alt_names=[
+                string_pb2.StringMatcher(exact="spiffe://cluster.local/ns/default/sa/backend")])))
+    plane.set(cluster(lambda c: c.transport_socket.CopyFrom(base_pb2.TransportSocket(
+        name="envoy.transport_sockets.tls", typed_config=packed(context)))))
+    code, out, _ = status(env, "xds:///svc")
+    assert code == 0
+    lines = out.splitlines()
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("Cluster ")]
+    assert lines[row + 1] == " " * len("ClusterLoadAssignment  ") + \
+        "tls: identity mesh, ca mesh, SANs exact spiffe://cluster.local/ns/default/sa/backend"
+    assert sum("tls:" in line for line in lines) == 1
 
 
 def test_bad_input_exits_2(plane: ControlPlane, tmp_path: Any) -> None:

@@ -19,13 +19,14 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 import grpc
 
 from grpc_retry._backends.xds.bootstrap import Node, XdsServer
 from grpc_retry._backends.xds.errors import ResourceError
-from grpc_retry._backends.xds.resources import TYPES, ResourceType
+from grpc_retry._backends.xds.resources import CLUSTER, TYPES, DecodeContext, ResourceType
+from grpc_retry._backends.xds.upstream_tls import describe
 from grpc_retry._timer import TIMERS
 
 log = logging.getLogger("grpc_retry")
@@ -79,15 +80,19 @@ class _Type:
 
 class XdsClient:
     """The client of one management server. `acquire()` gives the process's (made on first use), `release()` gives
-    it back: the last release closes its stream and thread."""
+    it back: the last release closes its stream and thread. `certificate_providers`: the names of the bootstrap's
+    certificate providers, which a Cluster's TLS is checked against (as gRPC's core does, whatever the channels'
+    credentials)."""
 
-    _clients: Dict[Tuple[str, str], XdsClient] = {}
+    _clients: Dict[Tuple[str, str, FrozenSet[str]], XdsClient] = {}
     _clients_lock = threading.Lock()
 
     def __init__(self, server: XdsServer, node: Node, channel: Optional[grpc.Channel] = None,
-                 timeout: float = DOES_NOT_EXIST_TIMEOUT) -> None:
+                 timeout: float = DOES_NOT_EXIST_TIMEOUT, certificate_providers: Iterable[str] = ()) -> None:
         self.server = server
         self._node = node
+        self._context = DecodeContext(frozenset(certificate_providers))
+        self._key = (server.server_uri, server.channel_creds, self._context.certificate_providers)
         self._timeout = timeout
         self._lock = threading.Lock()
         self._types: Dict[str, _Type] = {}
@@ -104,12 +109,13 @@ class XdsClient:
         self._thread.start()
 
     @classmethod
-    def acquire(cls, server: XdsServer, node: Node) -> XdsClient:
-        key = (server.server_uri, server.channel_creds)
+    def acquire(cls, server: XdsServer, node: Node, certificate_providers: Iterable[str] = ()) -> XdsClient:
+        # (Its checks depend on the certificate providers: a bootstrap naming others gets a client of its own.)
+        key = (server.server_uri, server.channel_creds, frozenset(certificate_providers))
         with cls._clients_lock:
             client = cls._clients.get(key)
             if client is None:
-                client = cls._clients[key] = XdsClient(server, node)
+                client = cls._clients[key] = XdsClient(server, node, certificate_providers=key[2])
             client._users += 1
             return client
 
@@ -118,9 +124,8 @@ class XdsClient:
             self._users -= 1
             if self._users > 0:
                 return
-            key = (self.server.server_uri, self.server.channel_creds)
-            if XdsClient._clients.get(key) is self:
-                del XdsClient._clients[key]
+            if XdsClient._clients.get(self._key) is self:
+                del XdsClient._clients[self._key]
         self.close()
 
     # -- watches ------------------------------------------------------------------------------------------------
@@ -156,10 +161,12 @@ class XdsClient:
                 self._subscribe(subscription)
 
     def snapshot(self) -> List[Dict[str, Any]]:
-        """Every resource held: type, name, status, version, error, last update (xds-status)."""
+        """Every resource held: type, name, status, version, error, last update, and for a Cluster the TLS of the
+        value it serves (xds-status)."""
         with self._lock:
             return [{"server": self.server.server_uri, "type": t.kind.name, "name": name, "status": r.status,
-                     "version": r.version, "error": r.error, "updated": r.updated}
+                     "version": r.version, "error": r.error, "updated": r.updated,
+                     "tls": describe(r.value.tls) if t.kind is CLUSTER and r.value is not None else ""}
                     for t in self._types.values() for name, r in sorted(t.resources.items())]
 
     def close(self) -> None:
@@ -300,7 +307,7 @@ class XdsClient:
                 errors.append(f"resource index {i}: type {packed.type_url} is not the response's {kind.url}")
                 continue
             try:
-                name, value = kind.decode(packed.value)
+                name, value = kind.decode(packed.value, self._context)
             except ResourceError as rejected:
                 where = f"resource {rejected.name!r}" if rejected.name else f"resource index {i}"
                 errors.append(f"{where}: {rejected}")

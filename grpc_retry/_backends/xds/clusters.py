@@ -1,22 +1,24 @@
 """Cluster (CDS) resources, checked as gRPC's core checks them: an EDS cluster (endpoints from ADS), a LOGICAL_DNS
 one or an aggregate of others; its load-balancing policy, circuit breaker (gRFC A32: `max_requests` of the first
-DEFAULT threshold, 1024 unless set) and outlier detection (gRFC A50: on only when the field is present)."""
+DEFAULT threshold, 1024 unless set), outlier detection (gRFC A50: on only when the field is present) and the TLS its
+transport socket asks for (gRFC A29, upstream_tls.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import AbstractSet, Any, Optional, Tuple
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 
 from grpc_retry._backends.xds.errors import Errors, parsed
 from grpc_retry._backends.xds.routes import duration
+from grpc_retry._backends.xds.upstream_tls import UpstreamTls
+from grpc_retry._backends.xds.upstream_tls import parse as parse_tls
 from grpc_retry._config import FailurePercentageEjection, OutlierDetection, SuccessRateEjection
 
 EDS, LOGICAL_DNS, AGGREGATE = "EDS", "LOGICAL_DNS", "AGGREGATE"
 _AGGREGATE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
-_TLS = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 _POLICIES = {"envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin": "round_robin",
              "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash": "ring_hash",
              "envoy.extensions.load_balancing_policies.wrr_locality.v3.WrrLocality": "wrr_locality",
@@ -36,10 +38,12 @@ class Cluster:
     lb_policy: str
     max_requests: int
     outlier_detection: Optional[OutlierDetection]  # as the service config's outlier_detection_experimental reads
-    tls: bool  # its transport socket asks for TLS
+    tls: Optional[UpstreamTls]  # what its transport socket asks for (None: plaintext)
 
 
-def decode(data: bytes) -> Tuple[str, Cluster]:
+def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -> Tuple[str, Cluster]:
+    """A Cluster from its bytes; ResourceError as gRPC's core words it. `certificate_providers`: the names the
+    client's bootstrap gives its certificate providers, the only ones the cluster's TLS may name."""
     cluster = parsed(cluster_pb2.Cluster, data, "Cluster")
     errors = Errors("Cluster", cluster.name)
     kind, eds_name, dns_target, children = _discovery(cluster, errors)
@@ -52,13 +56,8 @@ def decode(data: bytes) -> Tuple[str, Cluster]:
             break
     detection = _outlier_detection(cluster.outlier_detection, errors) if cluster.HasField("outlier_detection") \
         else None
-    tls = False
-    if cluster.HasField("transport_socket"):
-        kind_name = cluster.transport_socket.typed_config.type_url.rsplit("/", 1)[-1]
-        if kind_name != _TLS:
-            errors.add(f"transport_socket.typed_config.value[{kind_name}].type_url", "unsupported transport socket "
-                                                                                     "type")
-        tls = True
+    tls = parse_tls(cluster.transport_socket, certificate_providers, errors) if cluster.HasField("transport_socket") \
+        else None
     if cluster.HasField("lrs_server") and not cluster.lrs_server.HasField("self"):
         errors.add("lrs_server", "ConfigSource is not self")
     errors.raise_if_any()

@@ -107,7 +107,8 @@ class XdsRouter:
         self.closed = False
         post = where()  # (asked once the bootstrap is known good: a bad one is the error to raise)
         self._node = bootstrap.node.id
-        self._client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node)
+        self._client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node,
+                                         bootstrap.certificate_providers)
         self._watcher = ConfigWatcher(self._client, listener, name, lambda config: post(lambda: self._apply(config)),
                                       lambda error: post(lambda: self._fail(error)),
                                       lambda error: post(lambda: self._fail(NO_LISTENER.format(error, self._node),

@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Sequence
 @dataclass(frozen=True)
 class XdsResource:
     """One resource the process holds: the server it came from, its type and name, its status ("requested",
-    "acked", "nacked", "does not exist"), the version of the value held, why the last update was rejected, and
-    when it last changed (seconds since the epoch)."""
+    "acked", "nacked", "does not exist"), the version of the value held, why the last update was rejected, when it
+    last changed (seconds since the epoch), and for a Cluster whose value is held, the TLS its transport socket asks
+    for (gRFC A29: "plaintext", or e.g. "identity mesh, ca mesh, SANs exact spiffe://…"; "" otherwise)."""
 
     server: str
     type: str
@@ -24,6 +25,7 @@ class XdsResource:
     version: str
     error: str
     updated: float
+    tls: str = ""
 
 
 def xds_status() -> List[XdsResource]:
@@ -65,7 +67,8 @@ def main(targets: Sequence[str], wait: float, as_json: bool) -> int:
         except ValueError as error:
             print(f"xds-status: {error}", file=sys.stderr)
             return 2
-        client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node)
+        client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node,
+                                   bootstrap.certificate_providers)
         clients.append(client)
 
         followed.append(ConfigWatcher(client, listener, name, _Told(target, outcome, done).config,
@@ -96,9 +99,12 @@ def _print(resources: List[XdsResource], errors: dict[str, str]) -> None:
     servers = sorted({r.server for r in resources})
     if servers:
         print(f"xDS server{'s' if len(servers) > 1 else ''}: {', '.join(servers)}")
-    for row in rows:
+    tls = [""] + [r.tls for r in resources]
+    for row, asked in zip(rows, tls, strict=True):
         print(("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)) + "  " + row[5])
               .rstrip())
+        if asked:  # (a cluster's TLS on a line of its own, under its name)
+            print(" " * (widths[0] + 2) + f"tls: {asked}")
     for target, error in errors.items():
         print(f"{target}: {error}")
 
