@@ -8,7 +8,7 @@ Each client runs in a process of its own on one control plane (tests/support/con
 grpc_retry's channel on one API, and grpcio's own `grpc.secure_channel(target, xds_channel_credentials(...))` as the
 oracle. (grpcio's xDS client, which serves both under xDS credentials, reads its bootstrap in the process that makes
 it: each test's clients get theirs, whatever ran before.) The backends are real grpcio servers on loopback, the
-certificates are made here with openssl."""
+certificates are made with openssl (tests/support/pki.py)."""
 
 from __future__ import annotations
 
@@ -32,19 +32,14 @@ import pytest
 
 pytest.importorskip("envoy")  # (the control plane, in this process, is built on the extra)
 
-from envoy.config.core.v3 import base_pb2  # noqa: E402
-from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2  # noqa: E402
 from envoy.type.matcher.v3 import string_pb2  # noqa: E402
 from support.backend import SERVICE, UNARY, Backend  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
 from support.control_plane import CLUSTER, ControlPlane  # noqa: E402
-from support.xds_resources import cluster, endpoints, lb_endpoint, listener, packed, route_config  # noqa: E402
+from support.pki import CLIENT_ID, SERVER_ID, Pki, file_watcher, make_pki, upstream_tls  # noqa: E402
+from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
 
-SERVER_ID = "spiffe://cluster.local/ns/default/sa/backend"  # in the backends' certificate
-CLIENT_ID = "spiffe://cluster.local/ns/default/sa/client"   # in the client certificate the CA signed
-ROGUE_ID = "spiffe://cluster.local/ns/default/sa/rogue"     # in a client certificate another CA signed
 OTHER_ID = "spiffe://cluster.local/ns/default/sa/other"     # in no certificate
-PROVIDER = "mesh"  # the bootstrap's certificate provider instance that the clusters name
 CALLS = 20
 OK = ["OK", ""]
 NODE_ID = re.compile(r"\(xDS node ID:[^)]*\)")
@@ -52,38 +47,9 @@ NODE_ID = re.compile(r"\(xDS node ID:[^)]*\)")
 
 # -- certificates ------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Pki:
-    """PEM files in `folder`: `ca` and `rogue-ca` (self-signed); signed by ca: `server` (DNS localhost, IP
-    127.0.0.1, SERVER_ID) and `client` (CLIENT_ID); signed by rogue-ca: `rogue` (ROGUE_ID). NAME.pem, NAME.key."""
-
-    folder: Path
-
-    def cert(self, name: str) -> Path:
-        return self.folder / f"{name}.pem"
-
-    def key(self, name: str) -> Path:
-        return self.folder / f"{name}.key"
-
-
-def _certificate(pki: Pki, name: str, issuer: Optional[str] = None, names: str = "") -> None:
-    command = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-               "-keyout", str(pki.key(name)), "-out", str(pki.cert(name)), "-days", "1", "-subj", f"/CN={name}"]
-    if issuer is not None:
-        command += ["-CA", str(pki.cert(issuer)), "-CAkey", str(pki.key(issuer)),
-                    "-addext", "basicConstraints=critical,CA:FALSE", "-addext", f"subjectAltName={names}"]
-    subprocess.run(command, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    made = Pki(tmp_path_factory.mktemp("pki"))
-    _certificate(made, "ca")
-    _certificate(made, "rogue-ca")
-    _certificate(made, "server", "ca", f"DNS:localhost,IP:127.0.0.1,URI:{SERVER_ID}")
-    _certificate(made, "client", "ca", f"URI:{CLIENT_ID}")
-    _certificate(made, "rogue", "rogue-ca", f"URI:{ROGUE_ID}")
-    return made
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 # -- backends ----------------------------------------------------------------------------------------------------
@@ -173,15 +139,7 @@ def plane() -> Iterator[ControlPlane]:
 def tls_cluster(san: Sequence[string_pb2.StringMatcher] = ()) -> Any:
     """Cluster "c1", whose transport socket asks for TLS: its identity certificate and its CA from PROVIDER, the
     backend's certificate to match one of `san` (none: any the CA signed)."""
-    def secure(message: Any) -> None:
-        instance = common_pb2.CertificateProviderPluginInstance(instance_name=PROVIDER)
-        context = tls_pb2.UpstreamTlsContext(common_tls_context=tls_pb2.CommonTlsContext(
-            tls_certificate_provider_instance=instance,
-            validation_context=common_pb2.CertificateValidationContext(ca_certificate_provider_instance=instance,
-                                                                       match_subject_alt_names=list(san))))
-        message.transport_socket.CopyFrom(base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
-                                                                   typed_config=packed(context)))
-    return cluster(secure)
+    return cluster(lambda message: message.transport_socket.CopyFrom(upstream_tls(san)))
 
 
 def serve(plane: ControlPlane, port: int, san: Sequence[string_pb2.StringMatcher] = ()) -> None:
@@ -189,13 +147,6 @@ def serve(plane: ControlPlane, port: int, san: Sequence[string_pb2.StringMatcher
     plane.set(tls_cluster(san))
     plane.set(endpoints(lambda message: message.endpoints[0].lb_endpoints[0].CopyFrom(
         lb_endpoint("127.0.0.1", port))))
-
-
-def file_watcher(cert: Path, key: Path, ca: Path) -> Dict[str, Any]:
-    """The bootstrap's certificate_providers: PROVIDER, a file_watcher read again every second."""
-    return {PROVIDER: {"plugin_name": "file_watcher", "config": {
-        "certificate_file": str(cert), "private_key_file": str(key), "ca_certificate_file": str(ca),
-        "refresh_interval": "1s"}}}
 
 
 # -- clients, each in a process of its own -----------------------------------------------------------------------
