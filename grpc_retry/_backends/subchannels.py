@@ -103,6 +103,8 @@ class Subchannels:
         # and what an xDS cluster's adds (the router sets it): the node ID.
         self.failing_words = _ROUND_ROBIN_FAILING if self._eager else _PICK_FIRST_FAILING
         self.failing_note = ""
+        # What a whole target's channel adds to the words of grpcio's failures (its maker sets it), or None.
+        self.explain: Optional[Callable[[str], str]] = None
         self.active = False       # first used: from then on, round_robin keeps every subchannel connected
         self._connecting = False  # try_to_connect asked for a connection and none is READY yet
         self.addresses: List[str] = []           # per slot: its address (a parked slot: the one it had)
@@ -493,6 +495,8 @@ class Subchannels:
     def failing_details(self, details: str) -> str:
         """An attempt's status details, where a subchannel found no connection (pick_first's words: a grpcio
         channel on one address), as this channel's LB policy words them."""
+        if self.explain is not None:
+            details = self.explain(details)
         if not details.startswith(_PICK_FIRST_FAILING):
             return details
         return f"{self.failing_words}{details[len(_PICK_FIRST_FAILING):]}{self.failing_note}"

@@ -254,9 +254,7 @@ def _channel(target: str, options: OptionsType, credentials: Optional[grpc.Chann
              compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> Channel:
     if isinstance(target, str) and target.startswith("xds:"):
         from grpc_retry.aio._xds import xds_channel
-        channel = xds_channel(target, options, credentials, compression, interceptors)
-        if channel is not None:
-            return channel
+        return xds_channel(target, options, credentials, compression, interceptors)
     return Channel(target, options, credentials, compression, interceptors)
 
 

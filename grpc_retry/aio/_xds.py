@@ -19,6 +19,7 @@ from grpc import aio
 from grpc_retry import _bases as bases
 from grpc_retry._backends import AioSubchannels
 from grpc_retry._backends.xds import own_client
+from grpc_retry._backends.xds.certificates import notes
 from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CLOSED_DETAILS, DEADLINE_DETAILS
@@ -349,9 +350,11 @@ class XdsChannel(Channel):
 
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Optional[Channel]:
-    """A channel of grpc_retry's own xDS client, or None without the `xds` extra or with xDS credentials (the
-    target then goes whole to one grpcio channel, and grpcio's xDS client serves it)."""
-    if not own_client(target, credentials):
-        return None
-    return XdsChannel(target, options, credentials, compression, interceptors)
+                compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Channel:
+    """A channel of grpc_retry's own xDS client; without the `xds` extra or with xDS credentials, the target whole
+    on one grpcio channel, which grpcio's xDS client serves."""
+    if own_client(target, credentials):
+        return XdsChannel(target, options, credentials, compression, interceptors)
+    channel = Channel(target, options, credentials, compression, interceptors)
+    channel._subchannels.explain = notes(credentials)
+    return channel

@@ -279,7 +279,5 @@ def _channel(target: str, options: OptionsType, credentials: Optional[grpc.Chann
              compression: Optional[grpc.Compression]) -> Channel:
     if isinstance(target, str) and target.startswith("xds:"):
         from grpc_retry.sync._xds import xds_channel
-        channel = xds_channel(target, options, credentials, compression)
-        if channel is not None:
-            return channel
+        return xds_channel(target, options, credentials, compression)
     return Channel(target, options, credentials, compression)

@@ -17,6 +17,7 @@ import grpc
 from grpc_retry import _bases as bases
 from grpc_retry._backends import SyncSubchannels
 from grpc_retry._backends.xds import own_client
+from grpc_retry._backends.xds.certificates import notes
 from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
@@ -367,7 +368,11 @@ class XdsChannel(Channel):
 
 
 def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                compression: Optional[grpc.Compression]) -> Optional[Channel]:
-    """A channel of grpc_retry's own xDS client, or None without the `xds` extra or with xDS credentials (the
-    target then goes whole to one grpcio channel, and grpcio's xDS client serves it)."""
-    return XdsChannel(target, options, credentials, compression) if own_client(target, credentials) else None
+                compression: Optional[grpc.Compression]) -> Channel:
+    """A channel of grpc_retry's own xDS client; without the `xds` extra or with xDS credentials, the target whole
+    on one grpcio channel, which grpcio's xDS client serves."""
+    if own_client(target, credentials):
+        return XdsChannel(target, options, credentials, compression)
+    channel = Channel(target, options, credentials, compression)
+    channel._subchannels.explain = notes(credentials)
+    return channel

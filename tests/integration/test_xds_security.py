@@ -36,7 +36,7 @@ from envoy.type.matcher.v3 import string_pb2  # noqa: E402
 from support.backend import SERVICE, UNARY, Backend  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
 from support.control_plane import CLUSTER, ControlPlane  # noqa: E402
-from support.pki import CLIENT_ID, SERVER_ID, Pki, file_watcher, make_pki, upstream_tls  # noqa: E402
+from support.pki import CLIENT_ID, PROVIDER, SERVER_ID, Pki, file_watcher, make_pki, upstream_tls  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
 
 OTHER_ID = "spiffe://cluster.local/ns/default/sa/other"     # in no certificate
@@ -412,14 +412,17 @@ def test_a_missing_certificate_fails_calls_and_never_falls_back_to_plaintext(api
                                                                             start: Any, pki: Pki,
                                                                             plaintext: Backend) -> None:
     """The provider's certificate file is not there: every call fails UNAVAILABLE, as grpcio's, and none reaches
-    the (plaintext) backend: a cluster that asks for TLS gets no connection without it."""
+    the (plaintext) backend: a cluster that asks for TLS gets no connection without it. Where grpcio says only
+    that it could not make the handshaker, grpc_retry also names the provider and the file."""
     serve(plane, plaintext.port)
     missing = pki.folder / "no-such-client.pem"
     providers = file_watcher(missing, pki.key("client"), pki.cert("ca"))
     ours, theirs = start(api, providers), start("grpcio", providers)
     mine, oracle = together([ours, theirs], {"calls": 5})
     assert [code for code, _ in mine] == [code for code, _ in oracle] == ["UNAVAILABLE"] * 5, (mine, oracle)
-    assert mine[0] == oracle[0], (mine[0], oracle[0])
+    named = f" (certificate provider '{PROVIDER}': certificate_file '{missing}': No such file or directory)"
+    assert "Failed to create security handshaker" in oracle[0][1] and named not in oracle[0][1], oracle[0]
+    assert [details for _, details in mine] == [details + named for _, details in oracle], (mine, oracle)
     assert plaintext.attempts == []
 
 

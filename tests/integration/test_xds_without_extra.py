@@ -173,5 +173,6 @@ def test_xds_target_goes_whole_to_grpcios_xds_client_without_the_extra(tmp_path:
     assert not backends[0].attempts and not backends[2].attempts
     assert report["protos"] == []
     # (Of grpc_retry's xDS client, only the modules that need no protos: the client, its resources, the router not.)
-    assert set(report["xds_modules"]) <= {f"grpc_retry._backends.xds.{name}" for name in ("errors", "status")}
+    assert set(report["xds_modules"]) <= {f"grpc_retry._backends.xds.{name}"
+                                          for name in ("bootstrap", "certificates", "errors", "status")}
     assert [level for level, _ in report["notices"]] == ["DEBUG"]
