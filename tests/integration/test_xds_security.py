@@ -507,3 +507,16 @@ def test_under_other_credentials_grpc_retrys_xds_client_serves_and_the_clusters_
         for kind in (api, "grpcio"):  # (the ssl credentials' certificate, not the provider's rogue one)
             assert backend.of(kind) == [Seen(kind, (CLIENT_ID,), "ssl", None)] * 5
     assert acked(plane, api) and acked(plane, "grpcio")
+
+
+def test_under_xds_credentials_a_cluster_asking_for_no_tls_gets_the_fallback_as_on_grpcio(
+        api: str, plane: ControlPlane, start: Any, plaintext: Backend) -> None:
+    """A cluster with no transport socket: the xDS credentials' fallback (here insecure) makes its connections, and
+    every call reaches the plaintext backend, on grpc_retry's channel as on grpcio's."""
+    plane.set(cluster())
+    plane.set(endpoints(lambda message: message.endpoints[0].lb_endpoints[0].CopyFrom(
+        lb_endpoint("127.0.0.1", plaintext.port))))
+    ours, theirs = start(api), start("grpcio")
+    assert together([ours, theirs], {"calls": 5}) == [[OK] * 5] * 2
+    assert sorted(attempt.metadata["client"] for attempt in plaintext.attempts_of(UNARY)) == sorted(["grpcio", api] * 5)
+    assert acked(plane, api) and acked(plane, "grpcio")
