@@ -4,9 +4,15 @@ any other channel's, on that cluster's subchannels."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import grpc
+
+from grpc_retry._driver import CLOSED_DETAILS
 from grpc_retry._method import Deserializer, Serializer
+
+log = logging.getLogger("grpc_retry")
 
 
 class Cluster:
@@ -36,16 +42,29 @@ class RoutedMethod:
         """The method, Gate and time limit of a route (XdsRouter.route), the call admitted (RouteError:
         dropped)."""
         subchannels, policy, gate, limit = routed
-        gate.admit()
         key = (id(subchannels), policy)
         method = self._methods.get(key)
         if method is None:
             cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
+        gate.admit()  # (last: nothing after it may raise, or the call's place in the cluster would never be freed)
         return method, gate, limit
 
 
 def bounded(timeout: Optional[float], limit: Optional[float]) -> Optional[float]:
     """A call's timeout within its route's limit (gRFC A31)."""
     return timeout if limit is None or (timeout is not None and timeout <= limit) else limit
+
+
+def start_failed(error: Exception, channel: Any) -> Tuple[grpc.StatusCode, str]:
+    """The status of a call made before its channel's first config whose start raised once the config came: too
+    late to raise where the call was made, as it would have been then, so the call ends with it instead. CANCELLED
+    if the channel closed meanwhile (as grpcio's calls do then); an RpcError's own status; else INTERNAL, naming
+    the error (logged: it is a fault of the application's arguments or of grpc_retry)."""
+    if channel._state.closed or channel._router.closed:
+        return grpc.StatusCode.CANCELLED, CLOSED_DETAILS
+    if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
+        return error.code(), error.details() or ""
+    log.error("a call made before the xDS config could not start", exc_info=error)
+    return grpc.StatusCode.INTERNAL, f"grpc_retry could not start the call: {error!r}"

@@ -22,10 +22,10 @@ from grpc_retry._backends.xds import own_client
 from grpc_retry._backends.xds.certificates import notes
 from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._driver import CLOSED_DETAILS, DEADLINE_DETAILS
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod, bounded
+from grpc_retry._routing import RoutedMethod, bounded, start_failed
 from grpc_retry._transport import transport as internals
 from grpc_retry.aio._channel import (
     Channel,
@@ -39,6 +39,8 @@ from grpc_retry.aio._timers import CallTimers
 
 if TYPE_CHECKING:
     from grpc_retry._backends.xds.router import XdsRouter
+
+INSECURE_CALL_CREDENTIALS = "Call credentials are only valid on secure channels"  # grpcio's words
 
 
 class _Routed(RoutedMethod):
@@ -69,6 +71,10 @@ class _Routed(RoutedMethod):
                  compression: Compression = None) -> Any:
         if self._channel._state.closed:
             raise aio.UsageError("Channel is closed.")
+        if credentials is not None and not self._channel._secure and not self._channel._interceptors[self._kind]:
+            # grpcio checks the channel's credentials as the call is made, config or not (with interceptors, as
+            # their continuation makes it: the cluster's method does that, and the call fails with it).
+            raise aio.UsageError(INSECURE_CALL_CREDENTIALS)
         args = (timeout, metadata, credentials, wait_for_ready, compression)
         try:
             routed = self._route(metadata, bool(wait_for_ready))
@@ -120,6 +126,22 @@ class _Pending:
             self._woken.set_result(None)
 
     async def _start(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
+        """Become the call once the config comes, or end; either way exactly once, whatever raised meanwhile."""
+        try:
+            await self._become(routed, request, args)
+        except Exception as error:  # (its start raised, too late to raise where the call was made)
+            if self._call is None:
+                self._fail(*start_failed(error, routed._channel))
+        finally:
+            if self._call is None and self._error is None:  # the task was cancelled: its loop is ending
+                self._fail(grpc.StatusCode.CANCELLED, CANCELLED_DETAILS)
+            if not self._started.done():
+                self._started.set_result(None)
+            if self._call is None:
+                for callback in self._callbacks:
+                    callback(self)
+
+    async def _become(self, routed: _Routed, request: Any, args: Tuple[Any, ...]) -> None:
         router, patient = routed._channel._router, bool(args[3])
         while self._error is None and not self._cancelled:
             if router.when_ready(self._wake, patient):
@@ -146,11 +168,6 @@ class _Pending:
             for callback in self._callbacks:
                 self._call.add_done_callback(lambda _, cb=callback: cb(self))
             break
-        if not self._started.done():
-            self._started.set_result(None)
-        if self._call is None:
-            for callback in self._callbacks:
-                callback(self)
 
     def _fail(self, code: grpc.StatusCode, details: str) -> None:
         self._error = aio.AioRpcError(code, aio.Metadata(), aio.Metadata(), details, None)
@@ -308,6 +325,7 @@ class XdsChannel(Channel):
         self._state = ChannelState(target, options)
         self._interceptors = by_kind(interceptors)
         self._timers = CallTimers()
+        self._secure = credentials is not None
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: AioSubchannels(where, opts, credentials, compression),
                                  lambda: internals.aio_working_loop().call_soon_threadsafe)

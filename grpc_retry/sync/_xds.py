@@ -23,7 +23,7 @@ from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
 from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod, bounded
+from grpc_retry._routing import RoutedMethod, bounded, start_failed
 from grpc_retry._timer import TIMERS
 from grpc_retry.sync._channel import (
     CLOSED_CHANNEL,
@@ -143,7 +143,14 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
         self._become(local_error(grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_DETAILS))
 
     def _ready(self) -> None:
-        """A config (or an error) came, or the channel closed: start the call, or end."""
+        """A config (or an error) came, or the channel closed: start the call, or end. Never raises: it runs on the
+        xDS client's thread, in turn with every other call waiting for the config."""
+        try:
+            self._begin()
+        except Exception as error:  # (its start raised, too late to raise where the call was made)
+            self._become(local_error(*start_failed(error, self._routed._channel)))
+
+    def _begin(self) -> None:
         if self._became.is_set():
             return
         router, metadata = self._routed._channel._router, self._args[0]

@@ -715,3 +715,104 @@ def test_a_sync_stream_no_route_takes_raises_as_it_is_read(plane: ControlPlane, 
         with pytest.raises(grpc.RpcError) as ended:
             list(channel.unary_stream(SERVER_STREAM)(b"x", timeout=10))
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+_AIO_FACTORIES = {"unary": "unary_unary", "server_stream": "unary_stream", "client_stream": "stream_unary",
+                  "bidi": "stream_stream"}
+_AIO_METHODS = {"unary": UNARY, "server_stream": SERVER_STREAM, "client_stream": CLIENT_STREAM, "bidi": BIDI}
+
+
+async def _raised_at_the_call_site(channel: Any, kind: str, credentials: grpc.CallCredentials) -> Any:
+    """What making a call of `kind` with call `credentials` raised (the call made none, as grpcio's): its type and
+    words."""
+    method = getattr(channel, _AIO_FACTORIES[kind])(_AIO_METHODS[kind])
+    with pytest.raises(Exception) as raised:
+        method(b"x" if kind in ("unary", "server_stream") else iter([b"x"]), timeout=3, credentials=credentials)
+    return type(raised.value), str(raised.value)
+
+
+@pytest.mark.parametrize("kind", list(_AIO_FACTORIES))
+def test_an_asyncio_call_with_call_credentials_on_an_insecure_channel_raises_as_on_grpcio(
+        plane: ControlPlane, backends: List[Backend], kind: str) -> None:
+    """grpcio raises at the call site, before its xDS client has a config as after (it checks the channel's
+    credentials): so does grpc_retry, rather than leave a call made before the config that never ends."""
+    credentials = [grpc.access_token_call_credentials("t"),
+                   grpc.metadata_call_credentials(lambda context, callback: callback((), None))]
+
+    async def run() -> Tuple[List[Any], List[Any], List[Any]]:
+        async with grpc.aio.insecure_channel(backends[0].target) as channel:
+            expected = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
+        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config yet)
+            before = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
+            serve(plane, {"c1": backends[:1]})
+            assert await channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"  # (the config has come)
+            after = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
+        return expected, before, after
+    expected, before, after = asyncio.run(asyncio.wait_for(run(), 20))
+    assert before == after == expected and expected[0][0] is grpc.aio.UsageError, (before, after, expected)
+    assert [attempt.requests for attempt in backends[0].attempts] == [[b"x"]]
+
+
+def test_an_asyncio_call_whose_start_raises_when_the_first_config_comes_ends_once(
+        plane: ControlPlane, backends: List[Backend]) -> None:
+    """A call made before the first config whose start then raises (metadata that is no sequence of pairs, which
+    a route cannot read): it ends INTERNAL, telling its done callbacks once, and the call made after it starts."""
+    async def run() -> Tuple[Any, ...]:
+        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config yet)
+            told: List[Any] = []
+            broken = channel.unary_unary(UNARY)(b"x", timeout=10, metadata={"key": "value"})
+            broken.add_done_callback(told.append)
+            fine = channel.unary_unary(UNARY)(b"y", timeout=10)
+            serve(plane, {"c1": backends[:1]})
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await broken
+            return (ended.value.code(), await broken.code(), broken.done(), told == [broken], await fine,
+                    await broken.details())
+    *outcome, details = asyncio.run(asyncio.wait_for(run(), 20))
+    assert outcome == [grpc.StatusCode.INTERNAL, grpc.StatusCode.INTERNAL, True, True, b"y"]
+    assert "could not start" in details and "ValueError" in details, details
+    assert [a.requests for a in backends[0].attempts] == [[b"y"]]
+
+
+def test_a_sync_call_whose_start_raises_when_the_first_config_comes_ends_alone(
+        plane: ControlPlane, backends: List[Backend]) -> None:
+    """Calls made before the first config: the first one's start raises (its request serializer fails, which
+    grpcio raises at the call site); that call ends with grpcio's status and words, and those after it start."""
+    def failing(request: bytes) -> bytes:
+        raise RuntimeError("no bytes for this request")
+    with grpc.insecure_channel(backends[0].target) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
+    expected = (raised.value.code(), raised.value.details())
+    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
+        broken = channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
+        future = channel.unary_unary(UNARY).future(b"y", timeout=10)
+        stream = channel.unary_stream(SERVER_STREAM)(b"z", timeout=10)
+        serve(plane, {"c1": backends[:1]})
+        assert future.result(5) == b"y"
+        assert list(stream) == [b"z#0", b"z#1", b"z#2"]
+        with pytest.raises(grpc.RpcError) as ended:
+            next(broken)
+        assert (ended.value.code(), ended.value.details()) == expected == (broken.code(), broken.details())
+        assert not broken.is_active() and broken.done()
+
+
+def test_a_sync_call_whose_start_raises_when_the_first_config_comes_leaves_the_update_whole(
+        plane: ControlPlane, backends: List[Backend]) -> None:
+    """The rest of the update is applied after the waiting calls start: the connection asked for before the
+    config (subscribe's try_to_connect) is made, with no call to make it."""
+    def failing(request: bytes) -> bytes:
+        raise RuntimeError("no bytes for this request")
+    ready = threading.Event()
+
+    def told(state: grpc.ChannelConnectivity) -> None:
+        if state is grpc.ChannelConnectivity.READY:
+            ready.set()
+    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
+        broken = channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
+        channel.subscribe(told, try_to_connect=True)
+        serve(plane, {"c1": backends[:1]})
+        assert ready.wait(5)
+        with pytest.raises(grpc.RpcError):
+            next(broken)
+    assert backends[0].attempts == []

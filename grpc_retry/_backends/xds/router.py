@@ -9,6 +9,7 @@ where the config is applied (`where`): the client's thread, or the channel's eve
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -26,6 +27,8 @@ from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
 from grpc_retry._options import RetryOptions
 from grpc_retry._version import grpcio_minor
+
+log = logging.getLogger("grpc_retry")
 
 NO_ROUTE = "No matching route found in xDS route config"  # grpcio's words
 NO_ACTION = "Matching route has inappropriate action"
@@ -252,8 +255,7 @@ class XdsRouter:
             waiters = [callback for callback, patient in self._waiters if self._has_answer(patient)]
             self._waiters = [(callback, patient) for callback, patient in self._waiters if callback not in waiters]
             self._ready.notify_all()
-        for waiter in waiters:
-            waiter()
+        _tell_each(waiters)
         if self._connect:
             for subchannels in self.subchannels():
                 subchannels.connect()
@@ -304,12 +306,21 @@ class XdsRouter:
             self.closed = True
             waiters, self._waiters = self._waiters, []
             self._ready.notify_all()
-        for waiter, _ in waiters:  # (the calls waiting for a config end: closed)
-            waiter()
+        _tell_each([waiter for waiter, _ in waiters])  # (the calls waiting for a config end: closed)
         self._watcher.close()
         self._client.release()
         return [subchannels.close(*grace)
                 for subchannels in self.subchannels() + [entry.subchannels for entry in self._retired]]
+
+
+def _tell_each(waiters: List[Callable[[], None]]) -> None:
+    """Tell every call waiting for the config: one that raises (each should end itself instead) stops neither the
+    others nor the rest of the update."""
+    for waiter in waiters:
+        try:
+            waiter()
+        except Exception:
+            log.exception("grpc_retry: a call waiting for the xDS config failed")
 
 
 def _priorities(assignment: Any) -> List[Dict[str, float]]:
