@@ -9,7 +9,8 @@ import math
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+import weakref
+from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
 from grpc_retry._backends.outliers import OutlierStats
 from grpc_retry._config import RetryPolicy, RetryThrottling
@@ -42,7 +43,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 class ChannelState:
     __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies",
-                 "watches", "_route_policy", "routes", "__weakref__")
+                 "watches", "_route_policy", "routes", "_views", "__weakref__")
 
     def __init__(self, target: str, options: OptionsType) -> None:
         if not isinstance(target, str) or not target:
@@ -60,7 +61,8 @@ class ChannelState:
         self._policies: Dict[str, CallPolicy] = {}
         self.watches: Dict[str, Any] = {}  # per hedged method: its _method.HeadersWatch
         self._route_policy: Optional[RetryPolicy] = None
-        self.routes: Dict[RetryPolicy, ChannelState] = {}  # routed(): one view per retry policy
+        self.routes: Dict[RetryPolicy, ChannelState] = {}  # routed(): one view per retry policy of the routes
+        self._views: weakref.WeakSet[ChannelState] = weakref.WeakSet()  # every view a call may hold, for close()
         if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
 
@@ -75,11 +77,17 @@ class ChannelState:
             view = copy.copy(self)  # (the same objects: calls, pool, throttle, telemetry...)
             view._policies, view._route_policy, view.routes = {}, retry_policy, {}
             view = self.routes.setdefault(retry_policy, view)
+            self._views.add(view)
         return view
+
+    def keep_routes(self, policies: Collection[RetryPolicy]) -> None:
+        """Drop the views of retry policies no route has any more (a call in flight keeps its own)."""
+        for policy in [policy for policy in list(self.routes) if policy not in policies]:
+            self.routes.pop(policy, None)  # (in place: a view another thread is adding stays)
 
     def close(self) -> None:
         self.closed = True
-        for view in list(self.routes.values()):
+        for view in list(self._views):
             view.closed = True
 
     def observe_backends(self, subchannels: Any) -> None:

@@ -27,28 +27,56 @@ class Cluster:
 
 
 class RoutedMethod:
-    """One method of an xDS channel: per call, the method of its route's cluster that makes the call."""
+    """One method of an xDS channel: per call, the method of its route's cluster that makes the call. Those made
+    for a cluster or a route policy the config no longer has are dropped at the first call after it changed (the
+    calls in flight keep theirs)."""
 
-    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_extra", "_methods")
+    __slots__ = ("_channel", "_method", "_serializer", "_deserializer", "_kind", "_make", "_extra", "_methods",
+                 "_generation")
 
     def __init__(self, channel: Any, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  make: Callable[..., Any], *extra: Any) -> None:
         self._channel = channel
         self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
         self._make, self._extra = make, extra  # the flavor's method class, and what else it takes
-        self._methods: Dict[Tuple[int, Any], Any] = {}
+        # By (Subchannels, retry policy): the key holds its Subchannels, whose id no other can take meanwhile.
+        self._methods: Dict[Tuple[Any, Any], Any] = {}
+        self._generation = -1  # the router's, when the methods were last pruned
 
-    def method_of(self, routed: Tuple[Any, Any, Any, Optional[float]]) -> Tuple[Any, Any, Optional[float]]:
-        """The method, Gate and time limit of a route (XdsRouter.route), the call admitted (RouteError:
-        dropped)."""
+    def admitted(self, metadata: Any, patient: bool) -> Optional[Tuple[Any, Any, Optional[float]]]:
+        """A new call's method, its cluster's Gate (the call admitted) and its time limit; None before the first
+        config (see XdsRouter.route). RouteError: the call cannot be sent."""
+        router = self._channel._router
+        while True:
+            routed = router.route(self._method, metadata, patient)
+            if routed is None:
+                return None
+            admitted = self.method_of(routed)
+            if admitted is not None:
+                return admitted
+            # (its cluster was retired between the two: the config standing names its successor)
+
+    def method_of(self, routed: Tuple[Any, Any, Any, Optional[float]]) -> Optional[Tuple[Any, Any, Optional[float]]]:
+        """The method, Gate and time limit of a route (XdsRouter.route), the call admitted; None: the route's
+        cluster was retired meanwhile. RouteError: dropped."""
         subchannels, policy, gate, limit = routed
-        key = (id(subchannels), policy)
+        router = self._channel._router
+        generation = router.generation
+        if generation != self._generation:
+            for stale in [key for key in list(self._methods) if not router.holds(*key)]:
+                self._methods.pop(stale, None)  # (in place: a method another thread is adding stays)
+            self._channel._state.keep_routes(router.policies())
+            self._generation = generation
+        key = (subchannels, policy)
         method = self._methods.get(key)
         if method is None:
             cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
-        gate.admit()  # (last: nothing after it may raise, or the call's place in the cluster would never be freed)
+        # (last: nothing after it may raise, or the call's place in the cluster would never be freed)
+        if not gate.admit():
+            self._methods.pop(key, None)  # (made for a retired cluster: no call will use it)
+            return None
         return method, gate, limit
 
 

@@ -49,8 +49,7 @@ class _Routed(RoutedMethod):
     def _route(self, metadata: Metadata, wait_for_ready: bool) -> Any:
         """The call's method and its cluster's Gate, admitted; None before the first config (or error: a call
         that waits for ready waits through those, as grpcio's does). RouteError: it cannot be sent."""
-        routed = self._channel._router.route(self._method, metadata, wait_for_ready)
-        return None if routed is None else self.method_of(routed)
+        return self.admitted(metadata, wait_for_ready)
 
     @staticmethod
     def _start(routed: Tuple[Any, Any, Optional[float]], request: Any, timeout: Optional[float], metadata: Metadata,

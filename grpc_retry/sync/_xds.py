@@ -52,8 +52,7 @@ class _Routed(RoutedMethod):
         if self._channel._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         try:
-            routed = self._channel._router.route(self._method, metadata, wait_for_ready)
-            return None if routed is None else self.method_of(routed)
+            return self.admitted(metadata, wait_for_ready)
         except RouteError as error:
             return self._failed(grpc.StatusCode.UNAVAILABLE, str(error))
 
@@ -340,11 +339,11 @@ class XdsChannel(Channel):
         from grpc_retry._backends.xds.router import XdsRouter  # (the envoy protos: only once the extra is found)
 
         self._state = ChannelState(target, options)
+        self._workers = Workers("grpc_retry-worker")
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
-                                 lambda: lambda apply: apply())
+                                 lambda: lambda apply: apply(), self._workers.submit)
         self._subchannels: Any = self._router  # (what subscribe() watches and close() closes)
-        self._workers = Workers("grpc_retry-worker")
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import gc
 import json
 import os
 import subprocess
@@ -816,3 +817,93 @@ def test_a_sync_call_whose_start_raises_when_the_first_config_comes_leaves_the_u
         with pytest.raises(grpc.RpcError):
             next(broken)
     assert backends[0].attempts == []
+
+
+def open_grpcio_channels() -> int:
+    """The process's grpcio channels not closed yet (subchannels, the xDS client's and any other test's)."""
+    gc.collect()
+    count = 0
+    for thing in gc.get_objects():
+        if isinstance(thing, grpc.aio._channel.Channel):
+            count += not thing._channel.closed()
+        elif isinstance(thing, grpc._channel.Channel):
+            try:
+                thing._channel.check_connectivity_state(False)
+            except ValueError:  # closed
+                continue
+            count += 1
+    return count
+
+
+def settle(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether `predicate` holds within `timeout` (polled: a cluster closes on the thread that ended its last
+    call, or on the channel's loop, a moment after that call's end is seen)."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_a_cluster_and_a_routes_policy_changed_again_and_again_leave_the_channel_its_size(
+        client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """A control plane changes the Cluster (its outlier detection: new subchannels for it) and the route's retry
+    policy 50 times, a call after each change: the channel holds one cluster, one policy and one method of it,
+    and no more grpcio channels than at the start; a call in flight on the first cluster all along ends OK, and
+    that cluster's subchannels close once it has."""
+    def policy(i: int) -> Callable[[Any], None]:
+        def edit(config: Any) -> None:
+            retries = route_retries(1)
+            retries.retry_back_off.base_interval.FromMilliseconds(10 + i)
+            config.virtual_hosts[0].routes[0].route.retry_policy.CopyFrom(retries)
+        return edit
+    serve(plane, {"c1": backends[:1]}, policy(0))
+    channel = client.channel("xds:///svc")
+    unary = channel.multicallable("unary", UNARY)  # (one method all along: its own table of clusters)
+    assert channel.invoke("unary", unary, b"x", timeout=10).code == grpc.StatusCode.OK
+    router = channel.raw._router
+    (first,) = router.subchannels()
+    release = threading.Event()
+    backends[0].script(UNARY, Step(gate=release))
+    held = channel.start("unary", unary, b"held", timeout=30)
+    backends[0].wait_attempts(UNARY, 2)
+    try:
+        opened = open_grpcio_channels()
+        for i in range(1, 51):
+            (before,) = router.subchannels()
+            plane.set(cluster(lambda c, i=i: c.outlier_detection.interval.FromMilliseconds(10_000 + i)))
+            plane.set(route_config(policy(i)))
+            assert settle(lambda before=before, i=i: router.subchannels() != [before] and router._config
+                          .virtual_host.routes[0].retry_policy.initial_backoff == (10 + i) / 1000), i
+            assert channel.invoke("unary", unary, b"x", timeout=10).code == grpc.StatusCode.OK
+        assert not held.done()
+        held_now = [router._clusters, router._policies, unary._methods, channel.raw._state.routes]
+        assert [len(table) for table in held_now] == [1, 1, 1, 1]
+        assert settle(lambda: [entry.subchannels for entry in router._retired] == [first])  # (the others: closed)
+        assert open_grpcio_channels() <= opened + 1  # (the cluster of today and the one of the call in flight)
+        assert not first.closed
+    finally:
+        release.set()
+    assert held.result(10).code == grpc.StatusCode.OK
+    assert settle(lambda: first.closed and router._retired == [])
+    assert open_grpcio_channels() <= opened
+
+
+def test_a_call_routed_to_a_cluster_as_it_is_retired_goes_to_its_successor(plane: ControlPlane,
+                                                                           backends: List[Backend]) -> None:
+    """(Sync: the config is applied on the xDS client's thread while calls route on theirs.) A call routed to a
+    cluster that is retired before it enters is not let in: it routes again, to the cluster that replaced it, and
+    the one retired, with no call in it, closes."""
+    serve(plane, {"c1": backends[:1]})
+    with grpc_retry.insecure_channel("xds:///svc") as channel:
+        unary = channel.unary_unary(UNARY)
+        assert unary(b"x", timeout=10) == b"x"
+        router = channel._router
+        routed = router.route(UNARY, None)  # (where a call is between its route and its admission)
+        plane.set(cluster(lambda c: c.outlier_detection.CopyFrom(outlier_detection_pb2.OutlierDetection())))
+        assert settle(lambda: router.subchannels() != [routed[0]])
+        assert unary.method_of(routed) is None
+        method, gate, _ = unary.admitted(None, False)
+        assert gate is router._clusters["c1"].gate and gate is not routed[2]
+        gate.release()
+        assert settle(lambda: routed[0].closed)
+        assert unary(b"y", timeout=10) == b"y"

@@ -8,11 +8,13 @@ where the config is applied (`where`): the client's thread, or the channel's eve
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import logging
 import random
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 import grpc
@@ -45,9 +47,10 @@ MakeSubchannels = Callable[[Any, RetryOptions], Any]  # (a Target or target stri
 
 class Gate:
     """A cluster's admission of calls: the drops its endpoints ask for (EDS `drop_overloads`), then its circuit
-    breaker (gRFC A32: at most `max_requests` calls in flight), as gRPC's cluster_impl policy picks."""
+    breaker (gRFC A32: at most `max_requests` calls in flight), as gRPC's cluster_impl policy picks. Its count of
+    calls in flight also tells when a retired cluster has none left, to close it."""
 
-    __slots__ = ("max_requests", "drops", "_inflight", "_lock", "_draw")
+    __slots__ = ("max_requests", "drops", "_inflight", "_lock", "_draw", "retired", "_drained")
 
     def __init__(self, draw: Callable[[], float] = random.random) -> None:
         self.max_requests = DEFAULT_MAX_REQUESTS
@@ -55,20 +58,42 @@ class Gate:
         self._inflight = 0
         self._lock = threading.Lock()
         self._draw = draw
+        self.retired = False
+        self._drained: Optional[Callable[[], None]] = None  # told once a retired cluster's last call has ended
 
-    def admit(self) -> None:
-        """A call enters the cluster (release() when it ends). RouteError: it is dropped."""
+    def admit(self) -> bool:
+        """A call enters the cluster (release() when it ends); False: the cluster was retired since the call was
+        routed to it (the config now names its successor). RouteError: the call is dropped."""
+        if self.retired:
+            return False
         for category, per_million in self.drops:
             if self._draw() * 1_000_000 < per_million:
                 raise RouteError(f"EDS-configured drop: {category}")
         with self._lock:
+            if self.retired:  # (retired meanwhile: its close may be under way)
+                return False
             if self._inflight >= self.max_requests:
                 raise RouteError("circuit breaker drop")
             self._inflight += 1
+        return True
 
     def release(self, _: Any = None) -> None:
+        drained = None
         with self._lock:
             self._inflight -= 1
+            if self._inflight == 0 and self._drained is not None:
+                drained, self._drained = self._drained, None
+        if drained is not None:
+            drained()
+
+    def retire(self, drained: Callable[[], None]) -> None:
+        """No call enters any more; `drained` is told once none is left in flight (now, if none is)."""
+        with self._lock:
+            self.retired = True
+            if self._inflight:
+                self._drained = drained
+                return
+        drained()
 
 
 @dataclasses.dataclass
@@ -85,8 +110,13 @@ class _Cluster:
 
 
 class XdsRouter:
+    """An `xds:` channel's backends (see above). `aside` runs the close of a retired cluster's subchannels, once
+    its last call has ended, off the thread that ended it (maybe grpcio's, where no channel may be closed); None:
+    where the config is applied."""
+
     def __init__(self, target: str, options: RetryOptions, make: MakeSubchannels,
-                 where: Callable[[], Callable[[Callable[[], None]], None]]) -> None:
+                 where: Callable[[], Callable[[Callable[[], None]], None]],
+                 aside: Optional[Callable[[Callable[[], None]], Any]] = None) -> None:
         parts = urlsplit(target)
         name = parts.path.lstrip("/")
         bootstrap = load()  # a BootstrapError (a ValueError) names every bad field, at channel creation
@@ -101,14 +131,17 @@ class XdsRouter:
         self._waiters: List[Tuple[Callable[[], None], bool]] = []  # one-shot: (callback, patient), told when the
         # first config or error comes (patient ones: config), or the channel closes
         self._clusters: Dict[str, _Cluster] = {}  # by name (kept while the channel lives)
-        self._retired: List[_Cluster] = []  # clusters since changed, whose subchannels close with the channel
+        self._retired: List[_Cluster] = []  # clusters since changed, each closed once its last call has ended
+        self._closing: Set[Any] = set()  # (aio) the closes of retired clusters under way, which close() awaits
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
-        self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44, mapped once per policy
+        self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44: those of the config's routes, mapped
+        self.generation = 0  # bumped with each config applied: what was made for the previous one may be stale
         self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
         self._connect = False  # try_to_connect was asked: each cluster's subchannels connect as they come
         self.outliers = None  # (each cluster has its own detector)
         self.closed = False
         post = where()  # (asked once the bootstrap is known good: a bad one is the error to raise)
+        self._aside = post if aside is None else aside
         self._node = bootstrap.node.id
         self._client = XdsClient.acquire(bootstrap.servers(parts.netloc or None)[0], bootstrap.node,
                                          bootstrap.certificate_providers)
@@ -150,6 +183,16 @@ class XdsRouter:
             limit = config.listener.max_stream_duration
         return entry.subchannels, None if policy is None else self._mapped(policy), entry.gate, limit or None
 
+    def holds(self, subchannels: Any, policy: Optional[RetryPolicy]) -> bool:
+        """Whether the config standing may still send a new call to `subchannels` (its cluster's, not retired)
+        under `policy` (one of its routes', mapped; None: the channel's service config)."""
+        return (any(entry.subchannels is subchannels for entry in list(self._clusters.values()))
+                and (policy is None or policy in list(self._policies.values())))
+
+    def policies(self) -> List[RetryPolicy]:
+        """The retry policies of the config's routes, as mapped so far (A44)."""
+        return list(self._policies.values())
+
     def _mapped(self, policy: RouteRetryPolicy) -> RetryPolicy:
         """A44. RouteError for a policy gRPC's resolver cannot turn into a service config (a zero back-off)."""
         mapped = self._policies.get(policy)
@@ -187,17 +230,20 @@ class XdsRouter:
         for name, cluster in config.clusters.items():
             made = (cluster.kind, cluster.dns_target, cluster.outlier_detection)
             entry = self._clusters.get(name)
+            old = None
             if entry is not None and entry.made != made:
-                # Made otherwise: new calls get new subchannels; the old ones' attempts end, then they close.
-                entry.priorities = None
-                entry.subchannels.assign([], f"cluster {name!r} was changed")
-                self._retired.append(entry)
-                entry = None
+                old, entry = entry, None
             if entry is None:
                 entry = self._clusters[name] = _Cluster(self._subchannels(cluster), made)
                 entry.subchannels.watch(lambda n=name, e=entry: self._fail_over(n, e))
                 for watcher in list(self._watchers):
                     entry.subchannels.watch(watcher)
+            if old is not None:
+                # Made otherwise: new calls get new subchannels (a call routed to the old ones meanwhile routes
+                # again, to these); the old ones' attempts end, then they close.
+                old.priorities = None
+                old.subchannels.assign([], f"cluster {name!r} was changed")
+                self._retire(old)
             assignment = config.endpoints.get(name)
             entry.gate.max_requests = cluster.max_requests
             entry.gate.drops = () if assignment is None else assignment.drops
@@ -212,6 +258,36 @@ class XdsRouter:
                 entry.priorities, entry.empty = [], ""
                 self._fail_over(name, entry)
         self._tell(config, None)
+        # Only the policies of its routes stay mapped; the new generation tells each method to drop what it made
+        # for a cluster or a policy gone.
+        host = config.virtual_host
+        used = {host.retry_policy_of(route) for route in host.routes}
+        for policy in [policy for policy in list(self._policies) if policy not in used]:
+            self._policies.pop(policy, None)
+        self.generation += 1
+
+    def _retire(self, entry: _Cluster) -> None:
+        """No new call goes to `entry`; its subchannels close once its last call in flight has ended."""
+        with self._lock:
+            self._retired.append(entry)
+        entry.gate.retire(lambda: self._close_soon(entry))
+
+    def _close_soon(self, entry: _Cluster) -> None:
+        try:
+            self._aside(lambda: self._close_retired(entry))
+        except RuntimeError:  # the channel is closing (its workers, or its loop, are gone): its close closes it
+            pass
+
+    def _close_retired(self, entry: _Cluster) -> None:
+        with self._lock:
+            if entry not in self._retired:
+                return  # (the channel's close has taken it)
+            self._retired.remove(entry)
+        closing = entry.subchannels.close()
+        if inspect.isawaitable(closing):  # aio: its close runs on the channel's loop (here), awaited by close()
+            task = asyncio.ensure_future(closing)
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _fail_over(self, name: str, entry: _Cluster) -> None:
         """Give an EDS cluster's subchannels the endpoints of its first priority, and of each next one while every
@@ -305,12 +381,13 @@ class XdsRouter:
                 return []
             self.closed = True
             waiters, self._waiters = self._waiters, []
+            retired, self._retired = self._retired, []
             self._ready.notify_all()
         _tell_each([waiter for waiter, _ in waiters])  # (the calls waiting for a config end: closed)
         self._watcher.close()
         self._client.release()
-        return [subchannels.close(*grace)
-                for subchannels in self.subchannels() + [entry.subchannels for entry in self._retired]]
+        return [subchannels.close(*grace) for subchannels in self.subchannels() + [e.subchannels for e in retired]] \
+            + list(self._closing)
 
 
 def _tell_each(waiters: List[Callable[[], None]]) -> None:
