@@ -78,6 +78,11 @@ class _Type:
     nonce: str = ""
 
 
+def _key(server: XdsServer, certificate_providers: Iterable[str]) -> Tuple[str, str, FrozenSet[str]]:
+    """Which of the process's clients serves a channel: one per server and set of certificate providers."""
+    return server.server_uri, server.channel_creds, frozenset(certificate_providers)
+
+
 class XdsClient:
     """The client of one management server. `acquire()` gives the process's (made on first use), `release()` gives
     it back: the last release closes its stream and thread. `certificate_providers`: the names of the bootstrap's
@@ -92,7 +97,7 @@ class XdsClient:
         self.server = server
         self._node = node
         self._context = DecodeContext(frozenset(certificate_providers))
-        self._key = (server.server_uri, server.channel_creds, self._context.certificate_providers)
+        self._key = _key(server, self._context.certificate_providers)
         self._timeout = timeout
         self._lock = threading.Lock()
         self._types: Dict[str, _Type] = {}
@@ -111,7 +116,7 @@ class XdsClient:
     @classmethod
     def acquire(cls, server: XdsServer, node: Node, certificate_providers: Iterable[str] = ()) -> XdsClient:
         # (Its checks depend on the certificate providers: a bootstrap naming others gets a client of its own.)
-        key = (server.server_uri, server.channel_creds, frozenset(certificate_providers))
+        key = _key(server, certificate_providers)
         with cls._clients_lock:
             client = cls._clients.get(key)
             if client is None:
