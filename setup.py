@@ -45,16 +45,17 @@ def compile_protos() -> None:
 
 
 # The per-call Python of the drivers, compiled as it is (Cython's pure-Python mode: the .py stays the source,
-# read, typed and tested as Python; annotations are not taken as C types, so it behaves as it reads).
-COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._grpc_internals", "grpc_retry._waiters",
+# read, typed and tested as Python; annotations are not taken as C types, so it behaves as it reads). The .pxd
+# beside a module declares its extension types' attributes (then read and set as C struct fields, not looked up by
+# name) and its C functions (cpdef where another module cimports them: by name, each call would cost a lookup).
+COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._waiters", "grpc_retry._timer",
+                    "grpc_retry._telemetry", "grpc_retry._transport.ends", "grpc_retry._transport.grpc_private",
                     "grpc_retry._transport.batches", "grpc_retry._transport.direct", "grpc_retry._transport.direct_aio",
-                    "grpc_retry._transport.direct_streams",
-                    "grpc_retry._timer", "grpc_retry._telemetry", "grpc_retry.aio._driver", "grpc_retry.aio._call",
-                    "grpc_retry.aio._channel",
-                    "grpc_retry.aio._timers", "grpc_retry.sync._attempts", "grpc_retry.sync._blocking",
-                    "grpc_retry.sync._nonblocking", "grpc_retry.sync._call", "grpc_retry.sync._hedged",
-                    "grpc_retry.sync._request_stream", "grpc_retry.sync._channel", "grpc_retry._backends.subchannels",
-                    "grpc_retry._backends.sync", "grpc_retry._backends.aio"]
+                    "grpc_retry._transport.direct_streams", "grpc_retry.aio._driver", "grpc_retry.aio._call",
+                    "grpc_retry.aio._channel", "grpc_retry.aio._timers", "grpc_retry.sync._attempts",
+                    "grpc_retry.sync._blocking", "grpc_retry.sync._nonblocking", "grpc_retry.sync._call",
+                    "grpc_retry.sync._hedged", "grpc_retry.sync._request_stream", "grpc_retry.sync._channel",
+                    "grpc_retry._backends.subchannels", "grpc_retry._backends.sync", "grpc_retry._backends.aio"]
 
 
 # Cython's translation and the C compiler's runs, in parallel: the build is most of a fresh install's time.

@@ -1,4 +1,4 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its per-action methods are
+# Compiled as an extension type (the .py stays its source): see setup.py. Its per-action methods are
 # cpdef: a driver's own calls of them are C calls through its vtable, not lookups by name. A subclass's def of one
 # overrides it there (Cython makes it cpdef), and a Python class's override still runs.
 

@@ -1,6 +1,6 @@
 from grpc_retry._telemetry cimport Telemetry
 
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. The channels' methods are
+# Compiled as an extension type (the .py stays its source): see setup.py. The channels' methods are
 # Python classes over it.
 
 cdef class HeadersWatch:

@@ -1,4 +1,4 @@
-# Compiled as extension types (the .py stays their source): see _grpc_internals.pxd. What a call's path calls is
+# Compiled as extension types (the .py stays their source): see setup.py. What a call's path calls is
 # cpdef or cdef (C calls, from the drivers too: they cimport CallTelemetry), not looked up by name; `api`, the
 # channel's Telemetry, is typed where a method reads it.
 

@@ -1,4 +1,4 @@
-# Compiled as extension types (the .py stays their source): see _grpc_internals.pxd. A blocking hedged call sets
+# Compiled as extension types (the .py stays their source): see setup.py. A blocking hedged call sets
 # and cancels a timer each (its hedging delay, while it polls its attempt).
 
 cdef class TimerHandle:

@@ -1,11 +1,14 @@
 """How an attempt reaches grpcio: two transports behind one interface, one of them chosen at import.
 
 - **direct** (`direct.py`, `direct_streams.py`, `direct_aio.py`, `batches.py`; grpcio's private names in
-  grpc_retry/_grpc_internals.py): attempts on grpcio's Cython calls, their batches built by grpc_retry.
+  `grpc_private.py`): attempts on grpcio's Cython calls, their batches built by grpc_retry.
   Fast, and bound to grpcio's private internals: every name it uses is verified on the installed grpcio first
   (`check.py`).
 - **portable** (`portable.py`, `portable_aio.py`): grpcio's public API only: multicallables with `None`
   serializers, futures, response iterators, grpc.aio calls. Every grpcio release keeps it; it costs more CPU.
+
+Both are typed as `protocol.Transport` (mypy checks each module against it); what either's attempts leave when
+they end is read the same way (`ends.py`). Nothing outside this package imports either module or grpc_private.py.
 
 The direct one serves when its check passes; else the portable one, with one RuntimeWarning naming what failed.
 GRPC_RETRY_TRANSPORT=portable forces the portable transport; =direct forces the direct one, and grpc_retry's
@@ -33,9 +36,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, List, Tuple
+from typing import TYPE_CHECKING, List, Tuple, Type
+
+import grpc
 
 from grpc_retry._transport import check
+from grpc_retry._transport.protocol import Transport
 
 ENV = "GRPC_RETRY_TRANSPORT"
 CHOICES = ("direct", "portable")
@@ -51,8 +57,6 @@ def choose(wanted: str, failures: List[str]) -> Tuple[str, str]:
         return "portable", ""
     if not failures:
         return "direct", ""
-    import grpc
-
     what = "; ".join(failures)
     if wanted == "direct":
         raise ImportError(f"{ENV}=direct, but grpcio {grpc.__version__} lacks what the direct transport uses: {what}")
@@ -75,10 +79,29 @@ def _select() -> Tuple[str, List[str]]:
 
 NAME, FAILURES = _select()
 
-transport: Any  # the chosen transport's module: what the drivers and subchannels call
+# The chosen transport's module: what the drivers and subchannels call.
 if NAME == "direct":
-    from grpc_retry._transport import direct as transport
-else:
-    from grpc_retry._transport import portable as transport
+    from grpc_retry._transport import direct
 
-__all__ = ["CHOICES", "ENV", "FAILURES", "NAME", "choose", "transport"]
+    transport: Transport = direct
+else:
+    from grpc_retry._transport import portable
+
+    transport = portable
+
+
+if TYPE_CHECKING:  # each asyncio attempt class is one
+    from grpc_retry._transport import direct_aio, portable_aio
+    from grpc_retry._transport.protocol import AioAttempt
+
+    _AIO_ATTEMPTS: Tuple[Type[AioAttempt], ...] = (direct_aio.AioAttempt, portable_aio.AioAttempt)
+
+
+def xds_credentials(credentials: grpc.ChannelCredentials) -> bool:
+    """Whether `credentials` are grpc.xds_channel_credentials(...)'s (grpc_private.xds_credentials())."""
+    from grpc_retry._transport import grpc_private
+
+    return grpc_private.xds_credentials(credentials)
+
+
+__all__ = ["CHOICES", "ENV", "FAILURES", "NAME", "Transport", "choose", "transport", "xds_credentials"]

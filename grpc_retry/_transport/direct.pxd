@@ -1,16 +1,9 @@
-# Compiled as extension types (the .py stays their source): see grpc_retry/_grpc_internals.pxd.
+# Compiled as extension types (the .py stays their source): see setup.py.
 
 cimport cython
 
-from grpc_retry._grpc_internals cimport (
-    AttemptState,
-    SyncAttempt,
-    augmented_metadata,
-    determined,
-    read_status,
-    tell,
-    unary_ops,
-)
+from grpc_retry._transport.ends cimport AttemptState, SyncAttempt, tell
+from grpc_retry._transport.grpc_private cimport augmented_metadata, determined, read_status, unary_ops
 
 
 cdef class _UnaryAttempt(SyncAttempt):

@@ -20,13 +20,27 @@ from typing import Any, Callable, Optional, Tuple
 
 import grpc
 
-from grpc_retry._grpc_internals import (
+from grpc_retry._transport.direct_aio import AioAttempts, aio_intercepted
+from grpc_retry._transport.direct_streams import (
+    SyncBlockingRequestStream,
+    SyncResponseStream,
+    sync_request_stream,
+    sync_wait_end,
+    sync_wait_headers,
+)
+from grpc_retry._transport.ends import (
+    AttemptState,
+    SyncAttempt,
+    sync_code,
+    sync_response,
+    sync_status,
+    tell,
+)
+from grpc_retry._transport.grpc_private import (
     CORE_ERROR,
     LOCALLY_CANCELLED,
     PROPAGATE_DEFAULTS,
     WAIT_FOR_READY,
-    AttemptState,
-    SyncAttempt,
     aio_working_loop,
     augmented_metadata,
     channelz_subchannels,
@@ -37,24 +51,11 @@ from grpc_retry._grpc_internals import (
     new_sync_channel_with_id,
     read_status,
     sync_calls_in_flight,
-    sync_code,
     sync_connectivity,
     sync_direct,
-    sync_response,
-    sync_set_response,
     sync_state_reader,
-    sync_status,
     sync_watch_connectivity,
-    tell,
     unary_ops,
-)
-from grpc_retry._transport.direct_aio import AioAttempts, aio_intercepted
-from grpc_retry._transport.direct_streams import (
-    SyncBlockingRequestStream,
-    SyncResponseStream,
-    sync_request_stream,
-    sync_wait_end,
-    sync_wait_headers,
 )
 
 _OK = grpc.StatusCode.OK
@@ -304,7 +305,7 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
 class SyncAttempts:
     """Sync attempts on grpcio's Cython calls where they pay: a hedged unary-unary call's attempts show their
     headers first (SyncHeadersFirst), a unary-stream call's are read a batch per message (SyncResponseStream);
-    the rest are grpcio's own calls, driven by the driver (sync_direct() says which of its paths)."""
+    the rest are grpcio's own calls, driven by the driver, or this transport's own (sync_own())."""
 
     @staticmethod
     def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
@@ -331,14 +332,35 @@ def sync_final(call: Any, response: Any) -> Any:
     return call
 
 
+class OwnSyncAttempts:
+    """The sync attempts made on grpcio's Cython calls in place of grpcio's own call layer (protocol.py)."""
+
+    __slots__ = ("unary_start", "unary_end", "unary_attempt", "request_stream", "blocking_request_stream")
+
+    def __init__(self) -> None:
+        self.unary_start = sync_unary_start
+        self.unary_end = sync_unary_end
+        self.unary_attempt = SyncUnaryAttempt
+        self.request_stream = sync_request_stream
+        self.blocking_request_stream = SyncBlockingRequestStream
+
+
+_OWN = OwnSyncAttempts()
+
+
+def sync_own() -> Optional[OwnSyncAttempts]:
+    """This transport's own sync attempts, unless grpcio's observability plugin is registered: it records each
+    of grpcio's own calls from grpcio's call layer, which then makes them."""
+    return _OWN if sync_direct() else None
+
+
 SYNC = SyncAttempts()
 AIO = AioAttempts()
 
 # What the drivers and subchannels call on a transport (portable.py has the same names).
 __all__ = [
-    "AIO", "FINAL_WRAPPED", "SYNC", "SyncBlockingRequestStream", "SyncUnaryAttempt", "aio_intercepted",
-    "aio_working_loop", "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
-    "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_direct", "sync_final",
-    "sync_request_stream", "sync_response", "sync_set_response", "sync_state_reader", "sync_status",
-    "sync_unary_end", "sync_unary_start", "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
+    "AIO", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop", "channelz_subchannels",
+    "close_sync_channel", "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight",
+    "sync_code", "sync_connectivity", "sync_final", "sync_own", "sync_response", "sync_state_reader", "sync_status",
+    "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
 ]

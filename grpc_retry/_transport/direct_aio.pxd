@@ -1,6 +1,6 @@
-# Compiled as extension types (the .py stays their source): see grpc_retry/_grpc_internals.pxd.
+# Compiled as extension types (the .py stays their source): see setup.py.
 
-from grpc_retry._grpc_internals cimport unary_ops
+from grpc_retry._transport.grpc_private cimport unary_ops
 from grpc_retry._transport.batches cimport _Batch
 
 

@@ -16,7 +16,9 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from grpc import aio
 from grpc._cython import cygrpc
 
-from grpc_retry._grpc_internals import (
+from grpc_retry._transport.batches import _Batch
+from grpc_retry._transport.ends import Metadata
+from grpc_retry._transport.grpc_private import (
     CORE_ERROR,
     EOF,
     LOCALLY_CANCELLED,
@@ -25,13 +27,11 @@ from grpc_retry._grpc_internals import (
     WAIT_FOR_READY,
     AioRpcStatus,
     ExecuteBatchError,
-    Metadata,
     SendCloseFromClientOperation,
     SendMessageOperation,
     build_census_context,
     unary_ops,
 )
-from grpc_retry._transport.batches import _Batch
 
 try:
     from grpc.aio import _interceptor

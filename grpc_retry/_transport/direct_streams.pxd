@@ -1,3 +1,4 @@
-# Compiled (the .py stays its source): see grpc_retry/_grpc_internals.pxd.
+# Compiled (the .py stays its source): see setup.py.
 
-from grpc_retry._grpc_internals cimport SyncAttempt, augmented_metadata, decode, determined, read_status, tell
+from grpc_retry._transport.ends cimport SyncAttempt, decode, tell
+from grpc_retry._transport.grpc_private cimport augmented_metadata, determined, read_status

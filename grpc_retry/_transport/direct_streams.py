@@ -12,27 +12,24 @@ from typing import Any, Callable, Iterator, Optional, Tuple, cast
 import grpc
 from grpc._cython import cygrpc
 
-from grpc_retry._grpc_internals import (
+from grpc_retry._transport.ends import Metadata, SyncAttempt, decode, tell
+from grpc_retry._transport.grpc_private import (
     LOCALLY_CANCELLED,
     NO_FLAGS,
     PROPAGATE_DEFAULTS,
     SEND_CLOSE,
     SEND_MESSAGE,
     WAIT_FOR_READY,
-    Metadata,
     ReceiveInitialMetadataOperation,
     ReceiveMessageOperation,
     ReceiveStatusOnClientOperation,
     SendCloseFromClientOperation,
     SendInitialMetadataOperation,
     SendMessageOperation,
-    SyncAttempt,
     augmented_metadata,
-    decode,
     determined,
     read_status,
     sync_direct,
-    tell,
 )
 from grpc_retry._waiters import Waiters
 

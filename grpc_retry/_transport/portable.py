@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import grpc
 
-from grpc_retry._grpc_internals import AttemptState
+from grpc_retry._transport.ends import AttemptState
 from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 
@@ -56,9 +56,9 @@ _aio_secure_channel = _original(grpc.aio.secure_channel)
 # -- sync attempts ---------------------------------------------------------------------------------------------
 
 
-def sync_direct() -> bool:
-    """Whether the sync driver may start attempts on grpcio's Cython calls: never here."""
-    return False
+def sync_own() -> None:
+    """No sync attempts of its own: the drivers use grpcio's call layer (protocol.py)."""
+    return None
 
 
 class SyncAttempts:
@@ -348,6 +348,6 @@ AIO = AioAttempts()
 
 __all__ = ["AIO", "AioAttempt", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop",
            "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
-           "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_direct",
-           "sync_final", "sync_response", "sync_state_reader", "sync_status", "sync_wait_end", "sync_wait_headers",
+           "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_final",
+           "sync_own", "sync_response", "sync_state_reader", "sync_status", "sync_wait_end", "sync_wait_headers",
            "sync_watch_connectivity"]

@@ -15,7 +15,7 @@ from grpc.aio import AioRpcError, Metadata
 from grpc_retry import _bases as bases
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, log
-from grpc_retry._grpc_internals import aio_initial_metadata
+from grpc_retry._transport.ends import aio_initial_metadata
 from grpc_retry.aio._driver import _Call
 
 _EOF = grpc.aio.EOF

@@ -1,9 +1,8 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its subclasses (the call
+# Compiled as an extension type (the .py stays its source): see setup.py. Its subclasses (the call
 # shapes, with grpc.aio's abstract call classes) are Python classes over it.
 
 from grpc_retry._driver cimport CallDriver, grpc_details, trailing_with_attempts
-from grpc_retry._grpc_internals cimport aio_initial_metadata, aio_locally_cancelled, aio_status
-from grpc_retry._transport.batches cimport EndWaiter
+from grpc_retry._transport.ends cimport EndWaiter, aio_initial_metadata, aio_locally_cancelled, aio_status
 
 
 cdef class _Call(CallDriver):

@@ -40,18 +40,18 @@ from grpc_retry._driver import (
     log,
     trailing_with_attempts,
 )
-from grpc_retry._grpc_internals import (
+from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
+from grpc_retry._transport.ends import (
+    EndWaiter,
     aio_headers_came,
     aio_initial_metadata,
     aio_locally_cancelled,
     aio_status,
 )
-from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
-from grpc_retry._transport.batches import EndWaiter
 from grpc_retry.aio import _timers
 
 if TYPE_CHECKING:
-    from grpc_retry._transport.direct_aio import AioAttempt
+    from grpc_retry._transport.protocol import AioAttempt
 
 _EOF = grpc.aio.EOF
 # Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)

@@ -1,4 +1,4 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. A hedged call arms and
+# Compiled as an extension type (the .py stays its source): see setup.py. A hedged call arms and
 # disarms a timer here; its own attributes are then C struct fields, not looked up by name.
 
 cdef class CallTimers:

@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 INSECURE_CALL_CREDENTIALS = "Call credentials are only valid on secure channels"  # grpcio's words
 
 
+
+def _working_loop_soon() -> Callable[[Callable[[], None]], None]:
+    """Run a callback on the loop a grpc.aio channel made now binds to, from any thread."""
+    loop = internals.aio_working_loop()
+
+    def soon(callback: Callable[[], None]) -> None:
+        loop.call_soon_threadsafe(callback)
+    return soon
+
 class _Routed(RoutedMethod):
     __slots__ = ()
 
@@ -327,7 +336,7 @@ class XdsChannel(Channel):
         self._secure = credentials is not None
         self._router = XdsRouter(target, self._state.options,
                                  lambda where, opts: AioSubchannels(where, opts, credentials, compression),
-                                 lambda: internals.aio_working_loop().call_soon_threadsafe)
+                                 _working_loop_soon)
         self._changed = asyncio.Event()
         self._subchannels: Any = _Clusters(self._router, self._changed)
         self._router.watch(self._changed.set)

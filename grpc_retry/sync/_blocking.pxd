@@ -1,4 +1,4 @@
-# Compiled as an extension type (the .py stays its source): see grpc_retry/_grpc_internals.pxd.
+# Compiled as an extension type (the .py stays its source): see setup.py.
 
 from grpc_retry.sync._attempts cimport _Attempts
 

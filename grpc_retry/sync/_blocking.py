@@ -103,14 +103,14 @@ class BlockingCall(_Attempts):
             if self._with_call:
                 self._method.attempt_started(address)  # (grpcio's blocking call: no moment between is ours)
                 response, call = inner.with_call(self._request, **self._kwargs(n, address, previous))
-            elif internals.sync_direct():  # no call object wanted: the exchange on grpcio's Cython call
+            elif (own := internals.sync_own()) is not None:  # no call object wanted: the transport's own exchange
                 request = self._request
                 assert request is not None  # (not typing.cast(): compiled, that is still a Python function's call)
-                started, receiving = internals.sync_unary_start(
+                started, receiving = own.unary_start(
                     inner, request, self._timeout(), self._attempt_metadata(n, previous), self._credentials,
                     self._grpc_wfr, self._compression)
                 self._method.attempt_started(address)
-                ended = internals.sync_unary_end(started, receiving)
+                ended = own.unary_end(started, receiving)
                 state = ended._state
                 code = state.code
                 assert code is not None

@@ -1,4 +1,4 @@
-# Compiled as an extension type (the .py stays its source): see grpc_retry/_grpc_internals.pxd. Call and
+# Compiled as an extension type (the .py stays its source): see setup.py. Call and
 # StreamingCall are Python classes over _Future (with grpcio's abstract classes).
 
 from grpc_retry.sync._nonblocking cimport _NonBlocking

@@ -1,4 +1,4 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. The multicallables are Python
+# Compiled as an extension type (the .py stays its source): see setup.py. The multicallables are Python
 # classes over it (with grpc's abstract classes); the steps to a call's start are C calls, and the calls' own types
 # (cimported) are constructed and run without lookups by name.
 

@@ -76,13 +76,13 @@ class _MultiCallable(Method):
             machine = self._machine(timeout, wait_for_ready, True)
             return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,
                                       compression, self.watched and not self._policy.hedging).run(with_call)
-        if request_iterator is not None and not self.watched and internals.sync_direct():
+        if request_iterator is not None and not self.watched and (own := internals.sync_own()) is not None:
             # Its attempts are grpcio's blocking calls, run on this thread (grpcio's future starts and ends the
             # spin thread with each call that overlaps no other: ~50% more CPU a call, one at a time). (grpcio's
             # own call layer, whose calls its observability plugin records, while that is registered.)
             machine = self._machine(timeout, wait_for_ready, False)
-            return BlockingStreamCall(self, machine, request_iterator, self._serializer, metadata, credentials,
-                                      wait_for_ready, compression).run(with_call)
+            return BlockingStreamCall(self, machine, own, request_iterator, self._serializer, metadata,
+                                      credentials, wait_for_ready, compression).run(with_call)
         call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
         response = call.result()
         return (response, call) if with_call else response

@@ -1,9 +1,9 @@
-# Compiled as an extension type (the .py stays its source): see _grpc_internals.pxd. Its own steps are C calls
+# Compiled as an extension type (the .py stays its source): see setup.py. Its own steps are C calls
 # (cdef), and the callbacks it hands out (an attempt's events, the timer) cpdef.
 
 cimport cython
 
-from grpc_retry._grpc_internals cimport AttemptState, sync_response
+from grpc_retry._transport.ends cimport AttemptState, sync_response
 from grpc_retry._transport.direct cimport SyncHeadersFirst, SyncHeadersFirstAttempt
 from grpc_retry._timer cimport TimerHandle, Timers
 from grpc_retry.sync._attempts cimport _Attempts

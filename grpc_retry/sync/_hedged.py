@@ -22,8 +22,8 @@ import grpc
 
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
-from grpc_retry._grpc_internals import sync_response
 from grpc_retry._timer import TIMERS
+from grpc_retry._transport.ends import sync_response
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._attempts import _Attempts
 from grpc_retry.sync._call import Call

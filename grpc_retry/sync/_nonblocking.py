@@ -230,17 +230,16 @@ class _NonBlocking(_Attempts):
             elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
             elif (self._requests is None and not method.attempt_streams and not self._watched
-                  and internals.sync_direct()):
+                  and (own := internals.sync_own()) is not None):
                 # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
                 # one batch, reported from its spin thread
-                call = internals.SyncUnaryAttempt(inner, payload,  # (its bytes)
-                                                  on_end=partial(self._ended, n), **kwargs)
+                assert isinstance(payload, bytes)
+                call = own.unary_attempt(inner, payload, on_end=partial(self._ended, n), **kwargs)
                 reports = True
-            elif self._requests is not None and internals.sync_direct():
+            elif self._requests is not None and (own := internals.sync_own()) is not None:
                 # its requests sent from a worker of the channel's (grpcio starts a thread per call)
                 assert payload is not None and not isinstance(payload, bytes)
-                call = internals.sync_request_stream(inner, payload, method.workers,
-                                                     method.attempt_streams, **kwargs)
+                call = own.request_stream(inner, payload, method.workers, method.attempt_streams, **kwargs)
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call

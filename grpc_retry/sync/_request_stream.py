@@ -28,6 +28,7 @@ from grpc_retry.sync._attempts import _Attempts, requests_of
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action
+    from grpc_retry._transport.protocol import OwnSyncAttempts
 
 _OK = grpc.StatusCode.OK
 _CLOSE = object()  # in an attempt's outbox: no more messages for it
@@ -38,11 +39,13 @@ class BlockingStreamCall(_Attempts):
 
     __slots__ = ("_lock", "_changed", "_requests", "_serializer", "_pulling", "_exhausted", "_current", "_outbox",
                  "_attempt", "_next", "_timer_at", "_generation", "_wake", "_ending", "_delivered", "_end_code",
-                 "_last", "_local_details", "_refusal")
+                 "_last", "_local_details", "_refusal", "_own")
 
-    def __init__(self, method: Any, machine: CallMachine, request_iterator: Any, serializer: Any, metadata: Any,
-                 credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> None:
+    def __init__(self, method: Any, machine: CallMachine, own: OwnSyncAttempts, request_iterator: Any,
+                 serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
+                 compression: Any) -> None:
         self._init_attempts(method, machine, None, metadata, credentials, wait_for_ready, compression, True)
+        self._own = own  # the transport's own attempts: a blocking stream-unary one each
         self._lock = threading.Lock()
         self._changed = Waiters(self._lock)  # an attempt's request iterator waits for a message another pulls
         self._requests = requests_of(request_iterator)
@@ -143,7 +146,7 @@ class BlockingStreamCall(_Attempts):
             with lock:  # made and known at once: a cancel meanwhile finds it
                 if self._current != n:
                     return None  # cancelled before it was made
-                attempt = self._attempt = internals.SyncBlockingRequestStream(
+                attempt = self._attempt = self._own.blocking_request_stream(
                     inner, self._attempt_requests(n, self._outbox), **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             return self._not_started(error)

@@ -13,8 +13,9 @@ import grpc
 import pytest
 from support.backend import UNARY, Step
 
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._transport import batches, direct_aio
+from grpc_retry._transport import grpc_private as internals
+from grpc_retry._transport.ends import EndWaiter
 
 
 def _method(channel: grpc.aio.Channel) -> direct_aio.AioMethod:
@@ -155,7 +156,7 @@ async def test_a_task_woken_by_a_batch_runs_as_that_batch_is_handled_in_its_own_
     async with grpc.aio.insecure_channel(backends[0].target) as channel:
         batch = _batch(loop, channel)
         for how in ("from a loop callback", "inside a task", "not in a batch"):
-            waiter = batches.EndWaiter(loop)
+            waiter = EndWaiter(loop)
             steps: list = []
             mine: list = []  # the task
 
@@ -194,7 +195,7 @@ async def test_a_task_woken_by_a_batch_runs_as_that_batch_is_handled_in_its_own_
 
 async def test_a_waiter_cancelled_raises_in_its_task_as_a_future_does(backends):
     loop = asyncio.get_running_loop()
-    waiter = batches.EndWaiter(loop)
+    waiter = EndWaiter(loop)
 
     async def awaiting():
         await waiter
@@ -209,7 +210,7 @@ async def test_a_waiter_cancelled_raises_in_its_task_as_a_future_does(backends):
         waiter.result()
     with pytest.raises(asyncio.InvalidStateError):
         waiter.set_result(None)
-    pending = batches.EndWaiter(loop)
+    pending = EndWaiter(loop)
     with pytest.raises(asyncio.InvalidStateError):
         pending.result()
     called = loop.create_future()

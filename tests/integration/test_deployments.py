@@ -24,8 +24,8 @@ from support.pod import Pod
 
 import grpc_retry
 import grpc_retry.aio
-from grpc_retry import _grpc_internals as internals
 from grpc_retry._backends.sync import SyncSubchannels
+from grpc_retry._transport import grpc_private as internals
 
 pytestmark = pytest.mark.slow  # timed scenarios with servers: run on 3.11 only (tox.ini)
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import grpc
 
-from grpc_retry._grpc_internals import xds_credentials
+from grpc_retry._transport import xds_credentials
 
 _told = False  # (the notice below: once per process)
 

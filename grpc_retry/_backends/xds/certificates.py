@@ -10,7 +10,7 @@ from typing import Callable, List, Optional
 import grpc
 
 from grpc_retry._backends.xds.bootstrap import BootstrapError, load
-from grpc_retry._grpc_internals import xds_credentials
+from grpc_retry._transport import xds_credentials
 
 NO_HANDSHAKER = "Failed to create security handshaker"  # grpcio's words
 _FILES = ("certificate_file", "private_key_file", "ca_certificate_file")

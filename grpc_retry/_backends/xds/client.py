@@ -383,8 +383,7 @@ def _run(tell: List[Callable[[], None]]) -> None:
 def _channel_to(server: XdsServer) -> grpc.Channel:
     from grpc_retry._transport import transport
 
-    return transport.new_sync_channel(  # type: ignore[no-any-return]
-        server.server_uri, (), _credentials(server), None)
+    return transport.new_sync_channel(server.server_uri, (), _credentials(server), None)
 
 
 def _credentials(server: XdsServer) -> Optional[grpc.ChannelCredentials]:

@@ -1,17 +1,12 @@
 """grpcio's private names and the accessors of its call and channel state, shared by the direct transport
-(grpc_retry/_transport/direct*.py), and what grpcio's public API does not tell: every use of grpcio's private
-internals outside that transport's attempts is here.
-
-Sync: a done callback runs on grpcio's own thread, where `initial_metadata()` can block that thread for good (the
-headers it waits for are delivered by that very thread); so the driver peeks at the call's state (sync_status()).
-asyncio: an attempt keeps its own status and headers (aio_status(), aio_initial_metadata()).
-"""
+(direct*.py, batches.py), and what grpcio's public API does not tell (xds_credentials()): every use of grpcio's
+private internals outside that transport's attempts is here, and nothing outside grpc_retry/_transport/ imports
+it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import threading
@@ -21,12 +16,12 @@ from typing import Any, Callable, Optional, Tuple, cast
 import grpc
 from grpc._cython import cygrpc
 
-Metadata = Tuple[Any, ...]  # (key, value) pairs
+from grpc_retry._transport.ends import AttemptState, decode
 
 
 def _private(root: Any, path: str) -> Any:
     """A private name of grpcio's, or None where the installed grpcio lacks it. The module imports on any grpcio
-    (the drivers import its transport-neutral parts); the direct transport serves only where grpc_retry/_transport
+    (the portable transport asks it xds_credentials()); the direct transport serves only where grpc_retry/_transport
     /check.py found every name it uses."""
     try:
         for part in path.split("."):
@@ -62,28 +57,6 @@ execute_batch = _private(cygrpc, "execute_batch")
 def aio_working_loop() -> asyncio.AbstractEventLoop:
     """The loop a grpc.aio channel made now binds to: the running one, or (outside a coroutine) grpc.aio's pick."""
     return cast(asyncio.AbstractEventLoop, cygrpc.get_working_loop())
-
-
-def aio_status(attempt: Any) -> Optional[Any]:
-    """An ended attempt's status (code(), details(), trailing_metadata(), debug_error_string()), or None."""
-    return attempt._status
-
-
-def aio_initial_metadata(attempt: Any) -> Tuple[Tuple[str, Any], ...]:
-    metadata: Tuple[Tuple[str, Any], ...] = attempt._initial_metadata or ()
-    return metadata
-
-
-def aio_headers_came(attempt: Any) -> bool:
-    """Whether an asyncio attempt's response headers have come and its end has not (real headers, then, not a
-    Trailers-Only response's), whether or not what waits on them has run yet."""
-    came: bool = attempt._initial_metadata is not None and attempt._status is None
-    return came
-
-
-def aio_locally_cancelled(attempt: Any) -> bool:
-    cancelled: bool = attempt._locally_cancelled
-    return cancelled
 
 
 # -- what a call's batches are made of ----------------------------------------------------------------------------
@@ -130,80 +103,6 @@ def read_status(state: AttemptState, status: Any) -> None:
         state.code, state.details = code, decode(status.details())
         state.debug_error_string = decode(status.error_string())
     state.trailing_metadata = tuple(status.trailing_metadata() or ())
-
-
-class AttemptState:
-    """What a sync attempt's end leaves, named as grpcio's call state names it (what sync_status() reads)."""
-
-    __slots__ = ("code", "details", "initial_metadata", "trailing_metadata", "debug_error_string", "response")
-
-    def __init__(self) -> None:
-        self.code: Optional[grpc.StatusCode] = None
-        self.details: Optional[str] = None
-        self.initial_metadata: Optional[Metadata] = None
-        self.trailing_metadata: Metadata = ()
-        self.debug_error_string: Optional[str] = None
-        self.response: Optional[bytes] = None
-
-
-class SyncAttempt:
-    """A sync attempt made on grpcio's Cython call: its `_state` reads as a grpcio call's state does, and it is the
-    grpc.Call the application gets of a call it won (ended by then)."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self) -> None:
-        self._state = AttemptState()
-
-    def done(self) -> bool:
-        return self._state.code is not None
-
-    def initial_metadata(self) -> Metadata:
-        return self._state.initial_metadata or ()
-
-    def trailing_metadata(self) -> Metadata:
-        return self._state.trailing_metadata
-
-    def code(self) -> Optional[grpc.StatusCode]:
-        return self._state.code
-
-    def details(self) -> Optional[str]:
-        return self._state.details
-
-    def debug_error_string(self) -> Optional[str]:
-        return self._state.debug_error_string
-
-
-def tell(callback: Callable[[Any], None], attempt: Any) -> None:
-    """Nothing may raise on grpcio's spin thread: it would end, and every call of its channel with it."""
-    try:
-        callback(attempt)
-    except Exception:
-        logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
-
-
-def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
-    """An ended sync attempt's (code, details, trailing metadata, debug error string, initial metadata), read
-    without blocking: grpcio's accessors each wait for their own field, and a call cancelled locally may never
-    get some of them (its debug string, say)."""
-    state = call._state
-    return (state.code, decode(state.details), tuple(state.trailing_metadata or ()),
-            decode(state.debug_error_string), tuple(state.initial_metadata or ()))
-
-
-def sync_code(call: Any) -> Any:
-    """An ended sync attempt's status code (a grpc.StatusCode), without blocking."""
-    return call._state.code
-
-
-def sync_response(call: Any) -> Any:
-    """The response of a sync unary attempt that ended OK."""
-    return call._state.response
-
-
-def sync_set_response(call: Any, response: Any) -> None:
-    """A sync attempt that ended OK, whose result() is then `response` (its attempts carry bytes)."""
-    call._state.response = response
 
 
 # -- channels ---------------------------------------------------------------------------------------------------
@@ -334,10 +233,3 @@ def augmented_metadata(metadata: Any, compression: Any) -> Any:
     if not metadata and not compression:
         return None
     return _compression.augment_metadata(metadata, compression)
-
-
-def decode(value: Any) -> Optional[str]:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    text: Optional[str] = value  # (not typing.cast: compiled, that stays a call of a Python function)
-    return text
