@@ -45,7 +45,7 @@ class CompletionCheckError(RuntimeError):
 
 def ensure(api: str) -> None:
     """(Each channel's creation.) Raise CompletionCheckError if the direct transport serves and the installed grpcio
-    does not complete `api`'s ("sync" or "aio") attempts as it relies on; the exchange runs on the first call."""
+    does not complete `api`'s ("sync" or "aio") attempts as it relies on; the exchange runs on the first one."""
     outcome = _outcomes.get(api)
     if outcome is None:
         from grpc_retry._transport import NAME
@@ -72,7 +72,7 @@ class _Steps:
 
 
 class _NotTold(Exception):
-    pass
+    """A completion relied upon did not come within the bound."""
 
 
 def _run(api: str) -> str:
@@ -81,7 +81,7 @@ def _run(api: str) -> str:
         server, executor, target = _serve()
     except Exception as error:  # noqa: BLE001 - no loopback server here: nothing to prove with, nothing to stop
         warnings.warn(f"grpc_retry: the direct transport's completion check could not start a loopback server "
-                      f"({error!r}): it did not run", RuntimeWarning, stacklevel=4)
+                      f"({error!r}): it did not run", RuntimeWarning, stacklevel=5)
         return ""
     steps = _Steps()
     exchange = _sync_exchange if api == "sync" else _aio_exchange
