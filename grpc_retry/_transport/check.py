@@ -1,5 +1,4 @@
-"""The direct transport's self-check: every private name of grpcio it uses (grpc_retry/_grpc_internals.py and
-grpc_retry/_transport/direct*.py), looked
+"""The direct transport's self-check: every private name of grpcio it uses (grpc_private.py, direct*.py), looked
 up on the installed grpcio, and the parameters of each private function it calls. It imports nothing of the direct
 transport: a grpcio whose internals differ must be found out before any of them is used."""
 

@@ -1,7 +1,7 @@
 """The direct transport (grpc_retry/_transport): attempts on grpcio's Cython calls, their batches built by
 grpc_retry, and every name the drivers and subchannels call on a transport. Its sync unary attempts are here;
 its sync attempts with a stream in direct_streams.py, its asyncio attempts in direct_aio.py, and grpcio's
-private names and state accessors in grpc_retry/_grpc_internals.py.
+private names and state accessors in grpc_private.py.
 
 | API     | unary response                                   | response stream             | request stream     |
 |---------|--------------------------------------------------|-----------------------------|--------------------|

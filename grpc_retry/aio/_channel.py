@@ -23,6 +23,7 @@ from grpc_retry._backends import AioSubchannels
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
+from grpc_retry._transport import completions
 from grpc_retry._transport import transport as internals
 from grpc_retry.aio._call import StreamStreamCall, StreamUnaryCall, UnaryStreamCall, UnaryUnaryCall
 from grpc_retry.aio._timers import CallTimers
@@ -252,6 +253,7 @@ async def end_calls(calls: List[Any], grace: Optional[float]) -> None:
 
 def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
              compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> Channel:
+    completions.ensure("aio")  # once per process: grpcio completes attempts as the direct transport relies on
     if isinstance(target, str) and target.startswith("xds:"):
         from grpc_retry.aio._xds import xds_channel
         return xds_channel(target, options, credentials, compression, interceptors)

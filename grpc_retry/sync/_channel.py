@@ -17,6 +17,7 @@ from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
+from grpc_retry._transport import completions
 from grpc_retry._transport import transport as internals
 from grpc_retry.sync._blocking import BlockingCall
 from grpc_retry.sync._call import Call, StreamingCall
@@ -277,6 +278,7 @@ def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: O
 
 def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
              compression: Optional[grpc.Compression]) -> Channel:
+    completions.ensure("sync")  # once per process: grpcio completes attempts as the direct transport relies on
     if isinstance(target, str) and target.startswith("xds:"):
         from grpc_retry.sync._xds import xds_channel
         return xds_channel(target, options, credentials, compression)
