@@ -200,11 +200,11 @@ def test_a_call_made_before_the_first_config_waits_for_it(client: Any, plane: Co
         assert pending.result(10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(method)) == 1
     # The call's place in its cluster's circuit breaker is given back when it ends (no event tells: polled).
-    gates = [entry.gate for entry in channel.raw._router._clusters.values()]
+    breakers = [entry.admission.breaker for entry in channel.raw._router._clusters.values()]
     deadline = time.monotonic() + 5
-    while any(gate._inflight for gate in gates) and time.monotonic() < deadline:
+    while any(breaker.inflight for breaker in breakers) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert [gate._inflight for gate in gates] == [0]
+    assert [breaker.inflight for breaker in breakers] == [0]
 
 
 def test_a_config_that_never_comes_ends_the_call_at_its_deadline(client: Any, plane: ControlPlane) -> None:
@@ -902,8 +902,8 @@ def test_a_call_routed_to_a_cluster_as_it_is_retired_goes_to_its_successor(plane
         plane.set(cluster(lambda c: c.outlier_detection.CopyFrom(outlier_detection_pb2.OutlierDetection())))
         assert settle(lambda: router.subchannels() != [routed[0]])
         assert unary.method_of(routed) is None
-        method, gate, _ = unary.admitted(None, False)
-        assert gate is router._clusters["c1"].gate and gate is not routed[2]
-        gate.release()
+        method, admission, _ = unary.admitted(None, False)
+        assert admission is router._clusters["c1"].admission and admission is not routed[2]
+        admission.release()
         assert settle(lambda: routed[0].closed)
         assert unary(b"y", timeout=10) == b"y"
