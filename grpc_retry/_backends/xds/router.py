@@ -258,8 +258,8 @@ class XdsRouter:
         options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
         if cluster.kind == "LOGICAL_DNS":
             subchannels = self._make(f"dns:///{cluster.dns_target}", options)
-        else:
-            subchannels = self._make(Target("xds", self.authority, 0, self.authority), options)
+        else:  # (its endpoints are assigned: _fail_over)
+            subchannels = self._make(Target("assigned", self.authority, 0, self.authority), options)
         subchannels.failing_note = f" (xDS node ID:{self._node})"  # as grpcio's xDS cluster words its failures
         return subchannels
 
