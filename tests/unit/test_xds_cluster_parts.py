@@ -1,9 +1,11 @@
 """The parts of an xDS cluster that decide alone, each driven here without a channel: its drops, its circuit breaker
-(and the admission that puts them together), its localities' shares and its priorities' failover."""
+(and the admission that puts them together), its localities' shares, its priorities' failover and the notice of an
+LB policy that round_robin serves."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Dict, List
 
 import pytest
@@ -15,6 +17,7 @@ from grpc_retry._backends.xds.cluster_impl import ClusterImpl  # noqa: E402
 from grpc_retry._backends.xds.drops import Drops  # noqa: E402
 from grpc_retry._backends.xds.endpoints import ClusterLoadAssignment, Endpoint, Locality  # noqa: E402
 from grpc_retry._backends.xds.errors import RouteError  # noqa: E402
+from grpc_retry._backends.xds.lb_policy import Replacements, in_force  # noqa: E402
 from grpc_retry._backends.xds.localities import empty, shares  # noqa: E402
 from grpc_retry._backends.xds.priorities import priorities, serving  # noqa: E402
 
@@ -113,3 +116,23 @@ def test_a_cluster_with_no_endpoint_says_why_as_grpcio_does() -> None:
     assert why.startswith("no children in weighted_target policy") and \
         'contains empty localities: [{region="r", zone="z", sub_zone=""}]' in why
     assert empty("c", ClusterLoadAssignment("c", ((locality("z", 1, endpoint("10.0.0.1:80")),),), ())) == ""
+
+
+def test_a_replaced_lb_policy_is_told_of_once_per_cluster_and_policy_asked_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="grpc_retry")
+    assert in_force("ring_hash") == in_force("pick_first") == "round_robin"
+    assert in_force("wrr_locality(round_robin)") == "wrr_locality(round_robin)"
+    replacements = Replacements()
+    for cluster, asked in [("a", "ring_hash"), ("a", "ring_hash"), ("b", "round_robin"), ("a", "pick_first"),
+                           ("a", "round_robin"), ("a", "pick_first")]:
+        replacements.note(cluster, asked)
+    replacements.keep({"b"})
+    replacements.note("b", "ring_hash")
+    replacements.keep({"a"})  # (b leaves the config: told of again when it comes back)
+    replacements.note("b", "ring_hash")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"xDS cluster {cluster!r} asks for the {asked} load-balancing policy, which grpc_retry does not "
+                    f"have: round_robin serves it")
+        for cluster, asked in [("a", "ring_hash"), ("a", "pick_first"), ("a", "pick_first"), ("b", "ring_hash"),
+                               ("b", "ring_hash")]]

@@ -24,6 +24,7 @@ from grpc_retry._backends.xds.client import XdsClient
 from grpc_retry._backends.xds.cluster_impl import ClusterImpl
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.errors import RouteError
+from grpc_retry._backends.xds.lb_policy import ROUND_ROBIN, Replacements
 from grpc_retry._backends.xds.localities import empty
 from grpc_retry._backends.xds.priorities import Endpoints, priorities, serving
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
@@ -85,6 +86,7 @@ class XdsRouter:
         self._closing: Set[Any] = set()  # (aio) the closes of retired clusters under way, which close() awaits
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44: those of the config's routes, mapped
+        self._replacements = Replacements()  # the clusters whose LB policy round_robin serves, told of once
         self.generation = 0  # bumped with each config applied: what was made for the previous one may be stale
         self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
         self._connect = False  # try_to_connect was asked: each cluster's subchannels connect as they come
@@ -194,6 +196,7 @@ class XdsRouter:
                 old.priorities = None
                 old.subchannels.assign([], f"cluster {name!r} was changed")
                 self._retire(old)
+            self._replacements.note(name, cluster.lb_policy)
             assignment = config.endpoints.get(name)
             entry.admission.breaker.max_requests = cluster.max_requests
             entry.admission.drops.categories = () if assignment is None else assignment.drops
@@ -207,6 +210,7 @@ class XdsRouter:
             if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
                 entry.priorities, entry.empty = [], ""
                 self._fail_over(name, entry)
+        self._replacements.keep(config.clusters)
         self._tell(config, None)
         # Only the policies of its routes stay mapped; the new generation tells each method to drop what it made
         # for a cluster or a policy gone.
@@ -253,9 +257,10 @@ class XdsRouter:
                                      f"cluster {name!r} has no endpoints", weights)
 
     def _subchannels(self, cluster: Any) -> Any:
-        config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
+        # round_robin serves every cluster's endpoints, whatever it asks for (lb_policy.py tells of the others).
+        config = dataclasses.replace(self._options.service_config, lb_policy=ROUND_ROBIN,
                                      outlier_detection=cluster.outlier_detection)
-        options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
+        options = dataclasses.replace(self._options, service_config=config, lb_policy=ROUND_ROBIN)
         if cluster.kind == "LOGICAL_DNS":
             subchannels = self._make(f"dns:///{cluster.dns_target}", options)
         else:  # (its endpoints are assigned: _fail_over)
