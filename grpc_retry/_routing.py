@@ -1,11 +1,12 @@
-"""What both channels on `xds:` targets share (sync/_xds.py, aio/_xds.py): each method of the channel makes, per
-cluster and route policy, a method of the flavor's own (its _MultiCallable) that runs the calls routed there as
-any other channel's, on that cluster's subchannels."""
+"""What both flavors' routed channels share: a channel whose resolver routes each call to one of several clusters.
+Each method of the channel makes, per cluster and route policy, a method of the flavor's own (its _MultiCallable)
+that runs the calls routed there as any other channel's, on that cluster's subchannels. A cluster may refuse calls:
+its admission (below) is asked as each call enters it and told when the call ends."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 import grpc
 
@@ -13,6 +14,18 @@ from grpc_retry._driver import CLOSED_DETAILS
 from grpc_retry._method import Deserializer, Serializer
 
 log = logging.getLogger("grpc_retry")
+
+
+class Admission(Protocol):
+    """A cluster's admission of calls (the router gives it with each route): what the cluster's own parts let in,
+    e.g. a limit on its calls in flight. Every call it admits is released exactly once, when the call ends."""
+
+    def admit(self) -> bool:
+        """The call enters; False: the cluster was retired since the call was routed (route it again). Raises
+        the router's error for a call refused (it fails UNAVAILABLE with its words)."""
+
+    def release(self, _: Any = None) -> None:
+        """An admitted call has ended (a done callback's argument, if any, is the call)."""
 
 
 class Cluster:
@@ -27,7 +40,7 @@ class Cluster:
 
 
 class RoutedMethod:
-    """One method of an xDS channel: per call, the method of its route's cluster that makes the call. Those made
+    """One method of a routed channel: per call, the method of its route's cluster that makes the call. Those made
     for a cluster or a route policy the config no longer has are dropped at the first call after it changed (the
     calls in flight keep theirs)."""
 
@@ -43,9 +56,9 @@ class RoutedMethod:
         self._methods: Dict[Tuple[Any, Any], Any] = {}
         self._generation = -1  # the router's, when the methods were last pruned
 
-    def admitted(self, metadata: Any, patient: bool) -> Optional[Tuple[Any, Any, Optional[float]]]:
-        """A new call's method, its cluster's Gate (the call admitted) and its time limit; None before the first
-        config (see XdsRouter.route). RouteError: the call cannot be sent."""
+    def admitted(self, metadata: Any, patient: bool) -> Optional[Tuple[Any, Admission, Optional[float]]]:
+        """A new call's method, its cluster's admission (the call admitted) and its time limit; None before the
+        first config (see the router's route()). The router's error: the call cannot be sent."""
         router = self._channel._router
         while True:
             routed = router.route(self._method, metadata, patient)
@@ -56,10 +69,11 @@ class RoutedMethod:
                 return admitted
             # (its cluster was retired between the two: the config standing names its successor)
 
-    def method_of(self, routed: Tuple[Any, Any, Any, Optional[float]]) -> Optional[Tuple[Any, Any, Optional[float]]]:
-        """The method, Gate and time limit of a route (XdsRouter.route), the call admitted; None: the route's
-        cluster was retired meanwhile. RouteError: dropped."""
-        subchannels, policy, gate, limit = routed
+    def method_of(self, routed: Tuple[Any, Any, Admission, Optional[float]]
+                  ) -> Optional[Tuple[Any, Admission, Optional[float]]]:
+        """The method, admission and time limit of a route (the router's route()), the call admitted; None: the
+        route's cluster was retired meanwhile. The admission's error: refused."""
+        subchannels, policy, admission, limit = routed
         router = self._channel._router
         generation = router.generation
         if generation != self._generation:
@@ -74,10 +88,10 @@ class RoutedMethod:
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
         # (last: nothing after it may raise, or the call's place in the cluster would never be freed)
-        if not gate.admit():
+        if not admission.admit():
             self._methods.pop(key, None)  # (made for a retired cluster: no call will use it)
             return None
-        return method, gate, limit
+        return method, admission, limit
 
 
 def bounded(timeout: Optional[float], limit: Optional[float]) -> Optional[float]:
@@ -94,5 +108,5 @@ def start_failed(error: Exception, channel: Any) -> Tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.CANCELLED, CLOSED_DETAILS
     if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
         return error.code(), error.details() or ""
-    log.error("a call made before the xDS config could not start", exc_info=error)
+    log.error("a call made before the channel's first config could not start", exc_info=error)
     return grpc.StatusCode.INTERNAL, f"grpc_retry could not start the call: {error!r}"

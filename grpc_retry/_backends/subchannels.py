@@ -81,7 +81,7 @@ def retries_configured(options: RetryOptions) -> bool:
 class Subchannels:
     def __init__(self, target: Union[str, Target], options: RetryOptions,
                  credentials: Optional[grpc.ChannelCredentials], compression: Optional[grpc.Compression]) -> None:
-        if isinstance(target, Target):  # an xDS cluster's: its endpoints come from the control plane (assign)
+        if isinstance(target, Target):  # ("assigned": the addresses come from the channel's resolver, assign())
             self.target = target
         else:
             self.target = parse_target(target)
@@ -100,7 +100,7 @@ class Subchannels:
         # connects one at a time, in order.
         self._eager = options.lb_policy == "round_robin"
         # How a grpcio channel with this LB policy words a call that found no backend to take it (grpc_details),
-        # and what an xDS cluster's adds (the router sets it): the node ID.
+        # and what the maker adds to those words (e.g. the node ID of the control plane that gave the addresses).
         self.failing_words = _ROUND_ROBIN_FAILING if self._eager else _PICK_FIRST_FAILING
         self.failing_note = ""
         # What a whole target's channel adds to the words of grpcio's failures (its maker sets it), or None.
@@ -130,13 +130,13 @@ class Subchannels:
         self._used_at = 0.0
         if self.target.scheme == "dns":
             self._lookup = shared_lookup(self.target)
-        elif self.target.scheme != "xds":
+        elif self.target.scheme != "assigned":
             self._apply(list(self.target.addresses), None)
 
     def _subchannel_options(self, options: RetryOptions) -> List[Tuple[str, Any]]:
         extra: List[Tuple[str, Any]] = [("grpc.enable_retries", 0)]
         if self.target.scheme == "whole" and options.enable_retries and not retries_configured(options):
-            # One grpcio channel for the whole target, whose resolver may configure retries of its own (an xDS
+            # One grpcio channel for the whole target, whose resolver may configure retries of its own (a
             # route's retry policy, gRFC A44): with no policy of grpc_retry's to apply, C-core's stay on. One layer
             # retries, never two.
             extra = []
@@ -185,8 +185,8 @@ class Subchannels:
         return list(dict.fromkeys(a for (a, _), slot in self._slot_of.items() if self.picker.state(slot) != SHUTDOWN))
 
     def failing(self, addresses: Collection[str]) -> bool:
-        """Whether every subchannel of `addresses` (a set or dict: looked up per slot) is in TRANSIENT_FAILURE (an
-        xDS priority to fail over from)."""
+        """Whether every subchannel of `addresses` (a set or dict: looked up per slot) is in TRANSIENT_FAILURE (a
+        priority to fail over from)."""
         slots = [slot for (a, _), slot in list(self._slot_of.items()) if a in addresses]
         return bool(slots) and all(self.picker.state(slot) == TRANSIENT_FAILURE for slot in slots)
 
@@ -195,8 +195,8 @@ class Subchannels:
         self._apply(addresses, error)
 
     def assign(self, addresses: List[str], error: Optional[str], weights: Optional[Dict[str, float]] = None) -> None:
-        """An xDS cluster's endpoints, given where the flavor makes subchannels (the sync client's thread, or the
-        channel's event loop), and each one's share of the calls (None: even)."""
+        """An assigned target's addresses (its cluster's endpoints), given where the flavor makes subchannels (the
+        resolver's thread, or the channel's event loop), and each one's share of the calls (None: even)."""
         with self._lock:
             self.picker.set_schedule(None)
         self._apply(addresses, error)
@@ -215,7 +215,7 @@ class Subchannels:
         with self._lock:
             if self.closed:
                 return
-            if addresses or self.target.scheme == "xds":  # (an xDS cluster's empty assignment is one too)
+            if addresses or self.target.scheme == "assigned":  # (an empty assignment is one too)
                 self.resolution_error = None if addresses else error
                 wanted = dict.fromkeys((a, k) for a in addresses for k in range(self.connections))
                 for key, slot in self._slot_of.items():
@@ -464,7 +464,7 @@ class Subchannels:
                     pass
 
     def _notify(self) -> None:
-        # Watchers first: one may change the addresses (an xDS priority failing over), which the calls waiting
+        # Watchers first: one may change the addresses (a priority failing over), which the calls waiting
         # for a subchannel are then told of, rather than of a state they would fail on.
         with self._lock:
             self.picker.generation += 1

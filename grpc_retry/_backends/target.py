@@ -18,7 +18,8 @@ DNS_PORT = 53
 
 @dataclass(frozen=True)
 class Target:
-    scheme: str                      # "dns", "static", or "whole" (grpcio resolves it: whole())
+    scheme: str                      # "dns", "static", "whole" (grpcio resolves it: whole()), or "assigned"
+                                     # (the channel's resolver gives its addresses: Subchannels.assign)
     host: str                        # for dns: the name to look up; for TLS: the name the certificate names
     port: int
     authority: str                   # what the subchannels send as :authority

@@ -56,22 +56,22 @@ class _Routed(RoutedMethod):
     __slots__ = ()
 
     def _route(self, metadata: Metadata, wait_for_ready: bool) -> Any:
-        """The call's method and its cluster's Gate, admitted; None before the first config (or error: a call
-        that waits for ready waits through those, as grpcio's does). RouteError: it cannot be sent."""
+        """The call's method and its cluster's admission, the call admitted; None before the first config (or
+        error: a call that waits for ready waits through those, as grpcio's does). RouteError: it cannot be sent."""
         return self.admitted(metadata, wait_for_ready)
 
     @staticmethod
     def _start(routed: Tuple[Any, Any, Optional[float]], request: Any, timeout: Optional[float], metadata: Metadata,
                credentials: Credentials, wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        """The call, on its cluster's method; the cluster's gate is released when it ends."""
-        method, gate, limit = routed
+        """The call, on its cluster's method; the cluster's admission is released when it ends."""
+        method, admission, limit = routed
         try:
             call = method(request, timeout=bounded(timeout, limit), metadata=metadata, credentials=credentials,
                           wait_for_ready=wait_for_ready, compression=compression)
         except BaseException:
-            gate.release()
+            admission.release()
             raise
-        call.add_done_callback(gate.release)
+        call.add_done_callback(admission.release)
         return call
 
     def __call__(self, request: Any = None, timeout: Optional[float] = None, metadata: Metadata = None,

@@ -47,8 +47,9 @@ class _Routed(RoutedMethod):
     __slots__ = ()
 
     def _route(self, metadata: Metadata, wait_for_ready: bool) -> Any:
-        """The call's method, Gate (admitted) and time limit; None before the first config (a call that waits for
-        ready: before a config, through errors); or the RpcError the call fails with."""
+        """The call's method, its cluster's admission (the call admitted) and time limit; None before the first
+        config (a call that waits for ready: before a config, through errors); or the RpcError the call fails
+        with."""
         if self._channel._state.closed:
             raise ValueError(CLOSED_CHANNEL)
         try:
@@ -90,20 +91,20 @@ class _Routed(RoutedMethod):
     def _start(self, name: str, routed: Tuple[Any, Any, Optional[float]], request: Any, timeout: Optional[float],
                metadata: Metadata, credentials: Credentials, wait_for_ready: Optional[bool],
                compression: Compression) -> Any:
-        """The call on its cluster's method; the cluster's gate is released when it ends."""
-        method, gate, limit = routed
+        """The call on its cluster's method; the cluster's admission is released when it ends."""
+        method, admission, limit = routed
         timeout = bounded(timeout, limit)
         if name != "future" and self._kind in ("unary_unary", "stream_unary"):
             try:
                 return getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
             finally:
-                gate.release()
+                admission.release()
         try:
             call = getattr(method, name)(request, timeout, metadata, credentials, wait_for_ready, compression)
         except BaseException:
-            gate.release()
+            admission.release()
             raise
-        call.add_done_callback(gate.release)
+        call.add_done_callback(admission.release)
         return call
 
 

@@ -9,6 +9,7 @@ import collections
 import concurrent.futures
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,9 +23,10 @@ import pytest
 
 pytest.importorskip("envoy")
 
-from envoy.config.cluster.v3 import outlier_detection_pb2  # noqa: E402
+from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: E402
+from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
@@ -200,11 +202,11 @@ def test_a_call_made_before_the_first_config_waits_for_it(client: Any, plane: Co
         assert pending.result(10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(method)) == 1
     # The call's place in its cluster's circuit breaker is given back when it ends (no event tells: polled).
-    gates = [entry.gate for entry in channel.raw._router._clusters.values()]
+    breakers = [entry.admission.breaker for entry in channel.raw._router._clusters.values()]
     deadline = time.monotonic() + 5
-    while any(gate._inflight for gate in gates) and time.monotonic() < deadline:
+    while any(breaker.inflight for breaker in breakers) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert [gate._inflight for gate in gates] == [0]
+    assert [breaker.inflight for breaker in breakers] == [0]
 
 
 def test_a_config_that_never_comes_ends_the_call_at_its_deadline(client: Any, plane: ControlPlane) -> None:
@@ -902,8 +904,68 @@ def test_a_call_routed_to_a_cluster_as_it_is_retired_goes_to_its_successor(plane
         plane.set(cluster(lambda c: c.outlier_detection.CopyFrom(outlier_detection_pb2.OutlierDetection())))
         assert settle(lambda: router.subchannels() != [routed[0]])
         assert unary.method_of(routed) is None
-        method, gate, _ = unary.admitted(None, False)
-        assert gate is router._clusters["c1"].gate and gate is not routed[2]
-        gate.release()
+        method, admission, _ = unary.admitted(None, False)
+        assert admission is router._clusters["c1"].admission and admission is not routed[2]
+        admission.release()
         assert settle(lambda: routed[0].closed)
         assert unary(b"y", timeout=10) == b"y"
+
+
+class _Warnings(logging.Handler):
+    """The `grpc_retry` logger's warnings, waited for as they come."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: List[str] = []
+        self._told = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._told:
+            self.messages.append(record.getMessage())
+            self._told.notify_all()
+
+    def wait_for(self, count: int) -> List[str]:
+        with self._told:
+            self._told.wait_for(lambda: len(self.messages) >= count, 10)
+            return list(self.messages)
+
+
+def test_a_cluster_whose_lb_policy_round_robin_serves_is_told_of_once(
+        client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """A cluster asking for a policy grpc_retry does not have (ring_hash, then pick_first by
+    load_balancing_policy) is served by round_robin, said once per policy asked for in a WARNING naming the cluster;
+    a config that changes the cluster otherwise says nothing again, nor does one back on round_robin."""
+    warnings = _Warnings()
+    logger = logging.getLogger("grpc_retry")
+    logger.addHandler(warnings)
+    try:
+        serve(plane, {"c1": backends[:2]})
+        plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH)))
+        channel = client.channel("xds:///svc")
+        for _ in range(8):
+            assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+        assert all(count > 0 for count in calls_on(backends[:2])), calls_on(backends)  # (spread: round_robin)
+        (told,) = warnings.wait_for(1)
+        assert "'c1'" in told and "ring_hash" in told and "round_robin serves it" in told
+        router = channel.raw._router
+        applied = router.generation
+        plane.set(cluster(lambda c: (setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH),
+                                     c.circuit_breakers.thresholds.add().max_requests.CopyFrom(
+                                         wrappers_pb2.UInt32Value(value=100)))))
+        assert settle(lambda: router.generation > applied)  # (no event tells a config was applied: polled)
+        assert router._clusters["c1"].admission.breaker.max_requests == 100
+        assert warnings.messages == [told]
+
+        def pick_first(message: Any) -> None:
+            message.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(
+                pick_first_pb2.PickFirst())
+        plane.set(cluster(pick_first))
+        again = warnings.wait_for(2)
+        assert len(again) == 2 and "'c1'" in again[1] and "pick_first" in again[1]
+        applied = router.generation
+        plane.set(cluster())  # (ROUND_ROBIN: served as asked)
+        assert settle(lambda: router.generation > applied)
+        assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+        assert warnings.messages == again
+    finally:
+        logger.removeHandler(warnings)

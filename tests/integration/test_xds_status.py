@@ -16,6 +16,8 @@ pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
 from envoy.config.core.v3 import base_pb2  # noqa: E402
+from envoy.extensions.load_balancing_policies.round_robin.v3 import round_robin_pb2  # noqa: E402
+from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2  # noqa: E402
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2  # noqa: E402
 from envoy.type.matcher.v3 import string_pb2  # noqa: E402
 from support.control_plane import LISTENER, ControlPlane  # noqa: E402
@@ -94,6 +96,33 @@ def test_each_clusters_tls_is_shown(plane: ControlPlane) -> None:
     assert lines[row + 1] == " " * len("ClusterLoadAssignment  ") + \
         "tls: identity mesh, ca mesh, SANs exact spiffe://cluster.local/ns/default/sa/backend"
     assert sum("tls:" in line for line in lines) == 1
+
+
+def test_each_clusters_lb_policy_is_shown_with_the_one_in_force(plane: ControlPlane) -> None:
+    """The LB policy a cluster asks for and the one that serves it: round_robin as asked; ring_hash, which
+    grpc_retry has not yet, served by round_robin, said on its line; wrr_locality over round_robin as asked."""
+    env = {"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}
+
+    def shown() -> Tuple[Tuple[str, str], str]:
+        code, out, _ = status(env, "xds:///svc", "--json")
+        assert code == 0
+        (held,) = [r for r in json.loads(out)["resources"] if r["type"] == "Cluster"]
+        code, text, _ = status(env, "xds:///svc")
+        assert code == 0
+        (line,) = [line.strip() for line in text.splitlines() if "lb_policy:" in line]
+        return (held["lb_policy"], held["lb_policy_in_force"]), line
+
+    assert shown() == (("round_robin", "round_robin"), "lb_policy: round_robin")
+    plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH)))
+    assert shown() == (("ring_hash", "round_robin"),
+                       "lb_policy: ring_hash (not implemented: round_robin serves it)")
+    wrapper = wrr_locality_pb2.WrrLocality()
+    wrapper.endpoint_picking_policy.policies.add().typed_extension_config.typed_config.Pack(
+        round_robin_pb2.RoundRobin())
+    plane.set(cluster(lambda c: c.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(
+        wrapper)))
+    assert shown() == (("wrr_locality(round_robin)", "wrr_locality(round_robin)"),
+                       "lb_policy: wrr_locality(round_robin)")
 
 
 def test_bad_input_exits_2(plane: ControlPlane, tmp_path: Any) -> None:

@@ -25,6 +25,7 @@ import grpc
 
 from grpc_retry._backends.xds.bootstrap import Node, XdsServer
 from grpc_retry._backends.xds.errors import ResourceError
+from grpc_retry._backends.xds.lb_policy import in_force
 from grpc_retry._backends.xds.resources import CLUSTER, TYPES, DecodeContext, ResourceType
 from grpc_retry._backends.xds.upstream_tls import describe
 from grpc_retry._timer import TIMERS
@@ -166,12 +167,12 @@ class XdsClient:
                 self._subscribe(subscription)
 
     def snapshot(self) -> List[Dict[str, Any]]:
-        """Every resource held: type, name, status, version, error, last update, and for a Cluster the TLS of the
-        value it serves (xds-status)."""
+        """Every resource held: type, name, status, version, error, last update, and for a Cluster the TLS and the
+        LB policy of the value it serves, with the policy in force (xds-status)."""
         with self._lock:
             return [{"server": self.server.server_uri, "type": t.kind.name, "name": name, "status": r.status,
                      "version": r.version, "error": r.error, "updated": r.updated,
-                     "tls": describe(r.value.tls) if t.kind is CLUSTER and r.value is not None else ""}
+                     **_cluster_parts(r.value if t.kind is CLUSTER else None)}
                     for t in self._types.values() for name, r in sorted(t.resources.items())]
 
     def close(self) -> None:
@@ -347,6 +348,14 @@ class XdsClient:
                 held.status, held.value, held.raw, held.version, held.updated = DOES_NOT_EXIST, None, b"", "", now
                 tell.extend(_bound(w.on_does_not_exist, name) for w in held.watchers)
         return errors
+
+
+def _cluster_parts(cluster: Any) -> Dict[str, str]:
+    """What xds-status shows of a Cluster's value (none held: empty)."""
+    if cluster is None:
+        return {"tls": "", "lb_policy": "", "lb_policy_in_force": ""}
+    return {"tls": describe(cluster.tls), "lb_policy": cluster.lb_policy,
+            "lb_policy_in_force": in_force(cluster.lb_policy)}
 
 
 def _requests(outbox: queue.Queue[Any], writers: List[threading.Thread]) -> Iterator[Any]:

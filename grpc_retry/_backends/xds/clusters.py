@@ -35,7 +35,7 @@ class Cluster:
     eds_name: str  # EDS: the ClusterLoadAssignment's name ("": the cluster's)
     dns_target: str  # LOGICAL_DNS: host:port
     children: Tuple[str, ...]  # AGGREGATE: the clusters, in priority order
-    lb_policy: str
+    lb_policy: str  # as asked for: e.g. "round_robin", "ring_hash", "wrr_locality(round_robin)"
     max_requests: int
     outlier_detection: Optional[OutlierDetection]  # as the service config's outlier_detection_experimental reads
     tls: Optional[UpstreamTls]  # what its transport socket asks for (None: plaintext)
@@ -135,10 +135,9 @@ def _dns_target(cluster: Any, errors: Errors) -> str:
 
 def _lb_policy(cluster: Any, errors: Errors) -> str:
     if cluster.HasField("load_balancing_policy"):
-        for entry in cluster.load_balancing_policy.policies:
-            name = _POLICIES.get(entry.typed_extension_config.typed_config.type_url.rsplit("/", 1)[-1])
-            if name is not None:
-                return name
+        name = _first_known(cluster.load_balancing_policy)
+        if name is not None:
+            return name
         errors.add("load_balancing_policy", "no supported load balancing policy config found")
         return "round_robin"
     if cluster.lb_policy == cluster_pb2.Cluster.ROUND_ROBIN:
@@ -157,6 +156,23 @@ def _lb_policy(cluster: Any, errors: Errors) -> str:
         return "ring_hash"
     errors.add("lb_policy", "LB policy is not supported")
     return "round_robin"
+
+
+def _first_known(policy: Any) -> Optional[str]:
+    """The name of the first policy of a LoadBalancingPolicy that gRPC knows (None: none), wrr_locality's with its
+    child's, e.g. "wrr_locality(round_robin)": what serves its endpoints within a locality."""
+    for entry in policy.policies:
+        config = entry.typed_extension_config.typed_config
+        name = _POLICIES.get(config.type_url.rsplit("/", 1)[-1])
+        if name == "wrr_locality":
+            from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+
+            wrapper = wrr_locality_pb2.WrrLocality()
+            child = _first_known(wrapper.endpoint_picking_policy) if config.Unpack(wrapper) else None
+            return name if child is None else f"{name}({child})"
+        if name is not None:
+            return name
+    return None
 
 
 def _outlier_detection(detection: Any, errors: Errors) -> OutlierDetection:

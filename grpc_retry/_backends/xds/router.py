@@ -12,23 +12,24 @@ import asyncio
 import dataclasses
 import inspect
 import logging
-import random
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 import grpc
 
-from grpc_retry._backends.target import Target, address_target
+from grpc_retry._backends.target import Target
 from grpc_retry._backends.xds.bootstrap import load
 from grpc_retry._backends.xds.client import XdsClient
-from grpc_retry._backends.xds.clusters import DEFAULT_MAX_REQUESTS
+from grpc_retry._backends.xds.cluster_impl import ClusterImpl
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.errors import RouteError
+from grpc_retry._backends.xds.lb_policy import ROUND_ROBIN, Replacements
+from grpc_retry._backends.xds.localities import empty
+from grpc_retry._backends.xds.priorities import Endpoints, priorities, serving
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
 from grpc_retry._options import RetryOptions
-from grpc_retry._version import grpcio_minor
 
 log = logging.getLogger("grpc_retry")
 
@@ -45,67 +46,17 @@ NO_RETRIES = RetryPolicy(max_attempts=1, initial_backoff=1.0, max_backoff=1.0, b
 MakeSubchannels = Callable[[Any, RetryOptions], Any]  # (a Target or target string, its options) -> Subchannels
 
 
-class Gate:
-    """A cluster's admission of calls: the drops its endpoints ask for (EDS `drop_overloads`), then its circuit
-    breaker (gRFC A32: at most `max_requests` calls in flight), as gRPC's cluster_impl policy picks. Its count of
-    calls in flight also tells when a retired cluster has none left, to close it."""
-
-    __slots__ = ("max_requests", "drops", "_inflight", "_lock", "_draw", "retired", "_drained")
-
-    def __init__(self, draw: Callable[[], float] = random.random) -> None:
-        self.max_requests = DEFAULT_MAX_REQUESTS
-        self.drops: Tuple[Tuple[str, int], ...] = ()  # (category, per million)
-        self._inflight = 0
-        self._lock = threading.Lock()
-        self._draw = draw
-        self.retired = False
-        self._drained: Optional[Callable[[], None]] = None  # told once a retired cluster's last call has ended
-
-    def admit(self) -> bool:
-        """A call enters the cluster (release() when it ends); False: the cluster was retired since the call was
-        routed to it (the config now names its successor). RouteError: the call is dropped."""
-        if self.retired:
-            return False
-        for category, per_million in self.drops:
-            if self._draw() * 1_000_000 < per_million:
-                raise RouteError(f"EDS-configured drop: {category}")
-        with self._lock:
-            if self.retired:  # (retired meanwhile: its close may be under way)
-                return False
-            if self._inflight >= self.max_requests:
-                raise RouteError("circuit breaker drop")
-            self._inflight += 1
-        return True
-
-    def release(self, _: Any = None) -> None:
-        drained = None
-        with self._lock:
-            self._inflight -= 1
-            if self._inflight == 0 and self._drained is not None:
-                drained, self._drained = self._drained, None
-        if drained is not None:
-            drained()
-
-    def retire(self, drained: Callable[[], None]) -> None:
-        """No call enters any more; `drained` is told once none is left in flight (now, if none is)."""
-        with self._lock:
-            self.retired = True
-            if self._inflight:
-                self._drained = drained
-                return
-        drained()
-
-
 @dataclasses.dataclass
 class _Cluster:
-    """One cluster of the channel: its subchannels (and what they were made for), its Gate, and, for EDS, its
-    endpoints with their weights per priority and those its subchannels were last given."""
+    """One cluster of the channel: its subchannels (and what they were made for), its admission of calls (drops
+    and circuit breaker), and, for EDS, its endpoints with their shares per priority and those its subchannels
+    were last given."""
 
     subchannels: Any
     made: Tuple[Any, ...]
-    gate: Gate = dataclasses.field(default_factory=Gate)
-    priorities: Optional[List[Dict[str, float]]] = None
-    given: Optional[Dict[str, float]] = None
+    admission: ClusterImpl = dataclasses.field(default_factory=ClusterImpl)
+    priorities: Optional[List[Endpoints]] = None
+    given: Optional[Endpoints] = None
     empty: str = ""  # why its endpoints, if none, are none (grpcio's words; "": ours)
 
 
@@ -135,6 +86,7 @@ class XdsRouter:
         self._closing: Set[Any] = set()  # (aio) the closes of retired clusters under way, which close() awaits
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44: those of the config's routes, mapped
+        self._replacements = Replacements()  # the clusters whose LB policy round_robin serves, told of once
         self.generation = 0  # bumped with each config applied: what was made for the previous one may be stale
         self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
         self._connect = False  # try_to_connect was asked: each cluster's subchannels connect as they come
@@ -153,9 +105,9 @@ class XdsRouter:
     # -- per call -----------------------------------------------------------------------------------------------
 
     def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]],
-              patient: bool = False) -> Optional[Tuple[Any, Any, Gate, Optional[float]]]:
+              patient: bool = False) -> Optional[Tuple[Any, Any, ClusterImpl, Optional[float]]]:
         """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies), the
-        cluster's Gate (the caller admits the call) and the longest the call may last (A31: the route's
+        cluster's admission (the caller admits the call) and the longest the call may last (A31: the route's
         max_stream_duration, else its Listener's; None: no limit); None while the channel has had neither a
         config nor an error (or no config, for a `patient` call: one that waits for ready). RouteError: the call
         cannot be sent."""
@@ -181,7 +133,7 @@ class XdsRouter:
         limit = route.max_stream_duration
         if limit is None:
             limit = config.listener.max_stream_duration
-        return entry.subchannels, None if policy is None else self._mapped(policy), entry.gate, limit or None
+        return entry.subchannels, None if policy is None else self._mapped(policy), entry.admission, limit or None
 
     def holds(self, subchannels: Any, policy: Optional[RetryPolicy]) -> bool:
         """Whether the config standing may still send a new call to `subchannels` (its cluster's, not retired)
@@ -244,12 +196,13 @@ class XdsRouter:
                 old.priorities = None
                 old.subchannels.assign([], f"cluster {name!r} was changed")
                 self._retire(old)
+            self._replacements.note(name, cluster.lb_policy)
             assignment = config.endpoints.get(name)
-            entry.gate.max_requests = cluster.max_requests
-            entry.gate.drops = () if assignment is None else assignment.drops
+            entry.admission.breaker.max_requests = cluster.max_requests
+            entry.admission.drops.categories = () if assignment is None else assignment.drops
             if cluster.kind == "EDS":
-                entry.priorities = _priorities(assignment)
-                entry.empty = _empty(cluster.eds_name or name, assignment)
+                entry.priorities = priorities(assignment)
+                entry.empty = empty(cluster.eds_name or name, assignment)
                 self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
                 entry.subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
@@ -257,6 +210,7 @@ class XdsRouter:
             if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
                 entry.priorities, entry.empty = [], ""
                 self._fail_over(name, entry)
+        self._replacements.keep(config.clusters)
         self._tell(config, None)
         # Only the policies of its routes stay mapped; the new generation tells each method to drop what it made
         # for a cluster or a policy gone.
@@ -270,7 +224,7 @@ class XdsRouter:
         """No new call goes to `entry`; its subchannels close once its last call in flight has ended."""
         with self._lock:
             self._retired.append(entry)
-        entry.gate.retire(lambda: self._close_soon(entry))
+        entry.admission.retire(lambda: self._close_soon(entry))
 
     def _close_soon(self, entry: _Cluster) -> None:
         try:
@@ -295,11 +249,7 @@ class XdsRouter:
         with self._failover:
             if entry.priorities is None or self.closed:
                 return
-            weights: Dict[str, float] = {}
-            for endpoints in entry.priorities:
-                weights.update(endpoints)
-                if not entry.subchannels.failing(endpoints):
-                    break
+            weights = serving(entry.priorities, entry.subchannels.failing)
             if weights == entry.given:
                 return
             entry.given = weights
@@ -307,13 +257,14 @@ class XdsRouter:
                                      f"cluster {name!r} has no endpoints", weights)
 
     def _subchannels(self, cluster: Any) -> Any:
-        config = dataclasses.replace(self._options.service_config, lb_policy="round_robin",
+        # round_robin serves every cluster's endpoints, whatever it asks for (lb_policy.py tells of the others).
+        config = dataclasses.replace(self._options.service_config, lb_policy=ROUND_ROBIN,
                                      outlier_detection=cluster.outlier_detection)
-        options = dataclasses.replace(self._options, service_config=config, lb_policy="round_robin")
+        options = dataclasses.replace(self._options, service_config=config, lb_policy=ROUND_ROBIN)
         if cluster.kind == "LOGICAL_DNS":
             subchannels = self._make(f"dns:///{cluster.dns_target}", options)
-        else:
-            subchannels = self._make(Target("xds", self.authority, 0, self.authority), options)
+        else:  # (its endpoints are assigned: _fail_over)
+            subchannels = self._make(Target("assigned", self.authority, 0, self.authority), options)
         subchannels.failing_note = f" (xDS node ID:{self._node})"  # as grpcio's xDS cluster words its failures
         return subchannels
 
@@ -398,46 +349,3 @@ def _tell_each(waiters: List[Callable[[], None]]) -> None:
             waiter()
         except Exception:
             log.exception("grpc_retry: a call waiting for the xDS config failed")
-
-
-def _priorities(assignment: Any) -> List[Dict[str, float]]:
-    """A cluster's endpoints as subchannel targets, per priority that has any (draining ones left out), each with
-    its share of the calls: its locality's share by weight, and its own within the locality by its weight."""
-    if assignment is None:
-        return []
-    priorities = []
-    for localities in assignment.priorities:
-        endpoints: Dict[str, float] = {}
-        for locality in localities:
-            kept = [endpoint for endpoint in locality.endpoints if not endpoint.draining]
-            total = sum(endpoint.weight for endpoint in kept)
-            for endpoint in kept:
-                endpoints[_target(endpoint.addresses[0])] = locality.weight * endpoint.weight / total
-        if endpoints:
-            priorities.append(endpoints)
-    return priorities
-
-
-def _empty(eds_name: str, assignment: Any) -> str:
-    """Why an EDS cluster has no endpoint at all, as the installed grpcio says it ("" where it says otherwise:
-    ours)."""
-    if assignment is None:
-        return ""
-    localities = sorted((locality for priority in assignment.priorities for locality in priority),
-                        key=lambda locality: (locality.region, locality.zone, locality.sub_zone))
-    if not localities:
-        why = f"EDS resource {eds_name}: contains no localities"
-    elif any(locality.endpoints for locality in localities):
-        return ""
-    else:
-        places = "; ".join(f'{{region="{locality.region}", zone="{locality.zone}", sub_zone="{locality.sub_zone}"}}'
-                           for locality in localities)
-        why = f"EDS resource {eds_name}: contains empty localities: [{places}]"
-    if grpcio_minor(grpc.__version__) < (1, 72):
-        return f"no children in weighted_target policy: {why}"
-    return f"no children in weighted_target policy ({why})"
-
-
-def _target(address: str) -> str:
-    host, port = address.rsplit(":", 1)
-    return address_target(host.strip("[]"), int(port))

@@ -16,7 +16,9 @@ class XdsResource:
     """One resource the process holds: the server it came from, its type and name, its status ("requested",
     "acked", "nacked", "does not exist"), the version of the value held, why the last update was rejected, when it
     last changed (seconds since the epoch), and for a Cluster whose value is held, the TLS its transport socket asks
-    for (gRFC A29: "plaintext", or e.g. "identity mesh, ca mesh, SANs exact spiffe://…"; "" otherwise)."""
+    for (gRFC A29: "plaintext", or e.g. "identity mesh, ca mesh, SANs exact spiffe://…"; "" otherwise), the
+    load-balancing policy it asks for (e.g. "ring_hash") and the one that serves it ("round_robin" where grpc_retry
+    has not the one asked for)."""
 
     server: str
     type: str
@@ -26,6 +28,8 @@ class XdsResource:
     error: str
     updated: float
     tls: str = ""
+    lb_policy: str = ""
+    lb_policy_in_force: str = ""
 
 
 def xds_status() -> List[XdsResource]:
@@ -99,12 +103,19 @@ def _print(resources: List[XdsResource], errors: dict[str, str]) -> None:
     servers = sorted({r.server for r in resources})
     if servers:
         print(f"xDS server{'s' if len(servers) > 1 else ''}: {', '.join(servers)}")
-    tls = [""] + [r.tls for r in resources]
-    for row, asked in zip(rows, tls, strict=True):
+    under = " " * (widths[0] + 2)
+    for row, resource in zip(rows, [None, *resources], strict=True):
         print(("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)) + "  " + row[5])
               .rstrip())
-        if asked:  # (a cluster's TLS on a line of its own, under its name)
-            print(" " * (widths[0] + 2) + f"tls: {asked}")
+        if resource is None:
+            continue
+        # (a cluster's TLS and LB policy, each on a line of its own under its name)
+        if resource.tls:
+            print(f"{under}tls: {resource.tls}")
+        if resource.lb_policy:
+            replaced = resource.lb_policy_in_force != resource.lb_policy
+            print(f"{under}lb_policy: {resource.lb_policy}"
+                  + (f" (not implemented: {resource.lb_policy_in_force} serves it)" if replaced else ""))
     for target, error in errors.items():
         print(f"{target}: {error}")
 

@@ -1,0 +1,35 @@
+"""A cluster's admission of calls, as gRPC's cluster_impl policy makes it: its drops (drops.py), then its circuit
+breaker (circuit_breaker.py). The channels call it as any cluster's admission: admit() as a call is sent to the
+cluster, release() when it ends."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from grpc_retry._backends.xds.circuit_breaker import CircuitBreaker
+from grpc_retry._backends.xds.drops import Drops
+
+
+class ClusterImpl:
+    __slots__ = ("drops", "breaker")
+
+    def __init__(self, draw: Callable[[], float] = random.random) -> None:
+        self.drops = Drops(draw)
+        self.breaker = CircuitBreaker()
+
+    def admit(self) -> bool:
+        """A call enters the cluster (release() when it ends); False: the cluster was retired since the call was
+        routed to it (the config now names its successor). RouteError: the call is dropped."""
+        if self.breaker.retired:  # (before the drops: the call routes again, and its new cluster's apply)
+            return False
+        self.drops.check()
+        return self.breaker.admit()
+
+    def release(self, _: Any = None) -> None:
+        """A call admitted has ended (a done callback's argument, if any, is the call)."""
+        self.breaker.release()
+
+    def retire(self, drained: Callable[[], None]) -> None:
+        """No call enters any more; `drained` is told once the last one in flight has ended."""
+        self.breaker.retire(drained)
