@@ -17,7 +17,7 @@ cdef class HedgedBlockingCall(_Attempts):
     cdef public bint _headers_first
     cpdef run(self, with_call)
     cdef _run(self)
-    cdef _wait_for_end(self)
+    cdef bint _wait_for_end(self) except -1
     cdef _handed_over(self)
     @cython.locals(first=SyncHeadersFirst)
     cdef bint _first(self, n, address, previous) except -1
@@ -31,6 +31,9 @@ cdef class HedgedBlockingCall(_Attempts):
     cpdef _due(self)
     cdef _after(self, decided, attempt)
     cdef _decided(self, actions, live)
+    cdef _broken(self)
+    cdef _fail(self, details)
+    cdef bint _end_internal(self, details) except -1
     cdef _hand_over(self, actions, live)
     cdef _interrupted(self)
 
