@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple
+import logging
+from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple, Type
 
 import grpc
 from grpc.aio import AioRpcError
 
+from grpc_retry._driver import INTERNAL_DETAILS
 from grpc_retry._transport import direct_aio
 
 EOF = grpc.aio.EOF
@@ -20,6 +22,20 @@ _HALF_CLOSE = object()
 _CORE_ERROR = "Internal error from Core"  # grpc.aio's status for a batch C-core refused
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 REAL_STATUS_TURNS = 100  # how long (ms) a status grpc.aio made up is given to be replaced by the call's own
+_log = logging.getLogger("grpc_retry")
+
+
+def _batch_errors() -> Tuple[Type[BaseException], ...]:
+    """grpcio's error for a batch C-core refused, which done_writing() lets through on a call that has just ended:
+    a private name, so looked up where this grpcio has it, not relied on."""
+    cygrpc = getattr(getattr(grpc, "_cython", None), "cygrpc", None)
+    error = getattr(cygrpc, "InternalError", None)
+    return (error,) if isinstance(error, type) and issubclass(error, BaseException) else ()
+
+
+# What grpc.aio's write() and done_writing() raise once the call is over: its end says how. (A locally cancelled
+# call's write raises CancelledError, which ends the writer's task as it is.)
+_CALL_OVER = (AioRpcError, asyncio.InvalidStateError) + _batch_errors()
 
 
 class AioAttempts:
@@ -247,16 +263,33 @@ class AioAttempt:
         try:
             while self._outbox and self._status is None:
                 item = self._outbox.popleft()
-                if item is _HALF_CLOSE:
-                    await call.done_writing()
-                else:
-                    await call.write(item)
-                    if self._status is None and self.on_written is not None:
-                        self.on_written()
-        except Exception:  # (AioRpcError, InvalidStateError, grpcio's batch error) the call is over: its end says how
-            pass
+                try:
+                    if item is _HALF_CLOSE:
+                        await call.done_writing()
+                    else:
+                        await call.write(item)
+                except _CALL_OVER:
+                    return
+                if item is not _HALF_CLOSE and self._status is None and self.on_written is not None:
+                    self.on_written()
+        except Exception:  # a bug (the driver's on_written, say): nobody awaits this task to see it
+            _log.exception("grpc_retry: an attempt's writer failed")
+            self._failed()
         finally:
             self._sender = None
+
+    def _failed(self) -> None:
+        """The attempt's own task met a bug: it ends INTERNAL, its grpc.aio call cancelled, so that the driver
+        hears of it as of any end instead of waiting for what will never be told."""
+        if self._status is not None:
+            return
+        self._call.cancel()
+        self._set_status(_Status(13, INTERNAL_DETAILS, (), None))
+        for task in (self._task, self._first):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._task = self._first = None
+        self._end(EOF)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, None

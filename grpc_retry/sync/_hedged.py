@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any, List, Optional, cast
 
 import grpc
 
+from grpc_retry import _driver as driver
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
-from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, log
+from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, INF, INTERNAL_DETAILS, log
 from grpc_retry._timer import TIMERS
 from grpc_retry._transport.ends import sync_response
 from grpc_retry._waiters import Waiters
 from grpc_retry.sync._attempts import _Attempts
 from grpc_retry.sync._call import Call
-from grpc_retry.sync._status import FinishedCall
+from grpc_retry.sync._status import FinishedCall, local_error
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED.value[0]
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+# Once attempt 0 has ended, only another thread's decision can end the call or hand it over: due by the machine's
+# timer, if armed, else at once. This long past that with neither, the end was lost (a bug): the call ends.
+END_GRACE = 10.0
+LOST_END_DETAILS = f"{INTERNAL_DETAILS}: the call's end was lost"
 
 
 class HedgedBlockingCall(_Attempts):
@@ -64,6 +69,11 @@ class HedgedBlockingCall(_Attempts):
         calls.add(self)
         try:
             handed = self._run()
+        except Exception:
+            if self._ended:  # grpcio refused attempt 0: as grpcio, the call site raises what refused it (_refused)
+                raise
+            log.exception("grpc_retry: a blocking hedged call failed")
+            handed = self._fail(INTERNAL_DETAILS)
         except BaseException:
             self._interrupted()
             raise
@@ -97,7 +107,11 @@ class HedgedBlockingCall(_Attempts):
                 return None
             actions = actions[1:]
         attempt = self._attempt
-        self._apply(actions, None, True)
+        try:
+            self._apply(actions, None, True)
+        except Exception:  # a bug: the call ends, its attempt cancelled, and polled to its end all the same
+            log.exception("grpc_retry could not perform %r", actions)
+            self._fail(INTERNAL_DETAILS)
         if attempt is not None and attempt.polled:
             try:
                 attempt.poll()
@@ -107,15 +121,30 @@ class HedgedBlockingCall(_Attempts):
                     handed._poll_done()
         if not self._ended:  # (most often it has: the polled attempt's end, performed here)
             with self._lock:  # the end (or the hand-off) may be another thread's, and under way
-                self._wait_for_end()
+                lost = self._wait_for_end()
+            if lost and attempt is not None:
+                attempt.cancel()
         return self._handed
 
-    def _wait_for_end(self) -> None:
-        """(Under the lock.) Wait for the end or the hand-off."""
+    def _wait_for_end(self) -> bool:
+        """(Under the lock; attempt 0 has ended.) Wait for the end or the hand-off, which another thread decides
+        and performs. Nothing by END_GRACE past when it is due means the end was lost: the call ends INTERNAL
+        rather than block its caller for ever. Whether it did."""
+        seen = (self._timer_at, self._ending)
+        since = monotonic()
         while not self._ended and self._handed is None:
+            now = monotonic()
+            if (self._timer_at, self._ending) != seen:  # another thread is at the call: it is due from now
+                seen = (self._timer_at, self._ending)
+                since = now
+            due = (since if self._timer_at == INF else max(since, self._timer_at)) + END_GRACE
+            if now >= due:
+                log.error("grpc_retry: a blocking hedged call's end was lost; it ends INTERNAL")
+                return self._end_internal(LOST_END_DETAILS)
             if self._changed is None:
                 self._changed = Waiters(self._lock)
-            self._changed.wait()
+            self._changed.wait(due - now)
+        return False
 
     def _handed_over(self) -> Call:
         """(The thread that handed the call over, outside the lock.) The Call performs what the machine decided."""
@@ -214,8 +243,11 @@ class HedgedBlockingCall(_Attempts):
             if handed is None:
                 if self._ending or not self._out:  # (not out: ended, or cancelled by its perAttemptRecvTimeout)
                     return
-                decided = self._decided(self._machine.headers(0, monotonic(), not attempt.initial_metadata()),
-                                        True)
+                try:
+                    decided = self._decided(self._machine.headers(0, monotonic(), not attempt.initial_metadata()),
+                                            True)
+                except Exception:  # (told on grpcio's thread or the poller's, where it would only be logged)
+                    decided = self._broken()
         finally:
             lock.release()
         if handed is not None:
@@ -238,10 +270,13 @@ class HedgedBlockingCall(_Attempts):
                 answered = sync_response(attempt) is not None or bool(attempt.initial_metadata())
                 state = attempt._state  # (its own: sync_status() would copy it)
                 code = state.code  # (0 for OK without StatusCode.value, an enum's property: interpreted Python)
-                decided = self._decided(machine.status(0, 0 if code is _OK else code.value[0], state.details,
-                                                       state.trailing_metadata, monotonic(), answered), False)
-                if machine.headers_ahead:
-                    self._method.headers_early()
+                try:
+                    decided = self._decided(machine.status(0, 0 if code is _OK else code.value[0], state.details,
+                                                           state.trailing_metadata, monotonic(), answered), False)
+                    if machine.headers_ahead:
+                        self._method.headers_early()
+                except Exception:  # (as in _on_headers)
+                    decided = self._broken()
         finally:
             lock.release()
         if handed is not None:
@@ -258,19 +293,26 @@ class HedgedBlockingCall(_Attempts):
                 return  # (a timer superseded as it fired)
             self._timer = None
             self._timer_at = INF
-            actions = self._machine.timer(now)
-            if self._machine.headers_ahead:
-                self._method.headers_early()
-            decided = self._decided(actions, self._out)
+            try:
+                actions = self._machine.timer(now)
+                if self._machine.headers_ahead:
+                    self._method.headers_early()
+                decided = self._decided(actions, self._out)
+            except Exception:  # (on the timer thread, which would only log it)
+                decided = self._broken()
         self._after(decided, None)
 
     def _after(self, decided: Optional[List[Action]], attempt: Any) -> None:
         """(Outside the lock.) Perform what an event decided here, or, if it handed the call over, let the Call
         perform it."""
-        if decided is None:
-            self._handed_over()
-        elif decided:
-            self._apply(decided, attempt, False)
+        try:
+            if decided is None:
+                self._handed_over()
+            elif decided:
+                self._apply(decided, attempt, False)
+        except Exception:  # a bug, on a thread that would only log it: the call ends rather than never
+            log.exception("grpc_retry could not perform %r", decided)
+            self._fail(INTERNAL_DETAILS)
 
     def _decided(self, actions: List[Action], live: bool) -> Optional[List[Action]]:
         """(Under the lock.) What the machine decided: the actions to perform here, or None when they need the
@@ -289,6 +331,40 @@ class HedgedBlockingCall(_Attempts):
         if actions and actions[-1][0] in (DELIVER, END):
             self._ending = True
         return actions
+
+    def _broken(self) -> List[Action]:
+        """(Under the lock, in an exception handler.) The machine failed deciding an event (a bug): what ends the
+        call INTERNAL, as the non-blocking driver's _event() does."""
+        self._local_details = INTERNAL_DETAILS
+        self._ending = True
+        return driver.broken([0] if self._out else [])
+
+    def _fail(self, details: str) -> Optional[Call]:
+        """(Outside the lock.) A bug met performing the call: it ends INTERNAL with `details`, once, however far
+        it had got; a Call it was handed to ends so. That Call, if it was."""
+        with self._lock:
+            handed = self._handed
+            ended = handed is None and self._end_internal(details)
+        if handed is not None:
+            handed._fail(grpc.StatusCode.INTERNAL, details)
+        elif ended and self._attempt is not None:
+            self._attempt.cancel()
+        return handed
+
+    def _end_internal(self, details: str) -> bool:
+        """(Under the lock.) The call ends INTERNAL with `details`, without the machine, whose state is in doubt,
+        unless it has ended or been handed over: whether it did. Attempt 0 is the caller's to cancel."""
+        if self._ended or self._handed is not None:
+            return False
+        self._ending = self._ended = True
+        self._timer_at = INF
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()  # (takes no lock: as in _hand_over)
+        self._error = local_error(grpc.StatusCode.INTERNAL, details)
+        if self._changed is not None:
+            self._changed.notify_all()
+        return True
 
     def _hand_over(self, actions: List[Action], live: bool) -> None:
         """(Under the lock.) The call goes on as a Call, which takes the machine, attempt 0 (if `live`), the

@@ -15,8 +15,14 @@ import pytest
 from support.backend import SERVER_STREAM, UNARY, Backend, Step, fail, pushback
 from support.clients import ECHO_SERVICE, Client
 
+import grpc_retry
 import grpc_retry._method
+import grpc_retry.sync._hedged
+from grpc_retry import _transport as transport
+from grpc_retry._compiled import pure_python
 from grpc_retry._core import CallMachine
+from grpc_retry._timer import TIMERS
+from grpc_retry.sync._hedged import HedgedBlockingCall
 
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -222,6 +228,10 @@ class _Failing(CallMachine):
         if event in self.failing:
             raise RuntimeError("a bug in the call machine")
 
+    def start(self, now, request=None):
+        self._check("start")
+        return super().start(now, request)
+
     def timer(self, now):
         self._check("timer")
         return super().timer(now)
@@ -266,3 +276,71 @@ def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends
         assert call.details() == "grpc_retry internal error"
     assert "the call's machine failed" in caplog.text
     assert ch.unary(UNARY, b"y", timeout=5).response == b"y"
+
+
+# A blocking hedged sync call runs on its caller's thread while it has one attempt out (sync/_hedged.py): its events
+# come on that thread, grpcio's or the timer thread, which would only log an exception.
+
+
+def _blocking_unary(ch, request, timeout=None):
+    """A blocking call on a thread of its own, joined with a generous bound: (its result or what it raised, whether
+    it ended within the bound)."""
+    outcome = []
+
+    def call():
+        try:
+            outcome.append(ch.unary_unary(UNARY)(request, timeout=timeout))
+        except Exception as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(10)
+    return (outcome[0] if outcome else None), not caller.is_alive()
+
+
+@pytest.mark.parametrize("event", ["start", "headers", "status", "timer"])
+def test_a_blocking_hedged_call_whose_machine_fails_ends_internal_once(backends, caplog, event, monkeypatch):
+    """Whichever thread the event comes on, the caller gets INTERNAL (the non-blocking driver's words) at once,
+    not the bug's exception, another status, or a wait for the next hedge (20 s); its attempt is cancelled."""
+    if transport.NAME != "direct":
+        pytest.skip("the direct transport's blocking hedged call")
+    step = {"headers": Step(headers=(("k", "v"),), headers_lead=0.3), "timer": Step(wait=0)}.get(event, Step())
+    backends[0].script(UNARY, step)
+    monkeypatch.setattr(grpc_retry._method, "CallMachine", _Failing)
+    monkeypatch.setattr(_Failing, "failing", (event,))
+    config = hedging_config(delay="0.1s" if event == "timer" else "20s")
+    with grpc_retry.insecure_channel(target(backends), options=[("grpc.service_config", config)]) as ch:
+        error, ended = _blocking_unary(ch, b"x")
+        assert ended
+        assert isinstance(error, grpc.RpcError)
+        assert (error.code(), error.details()) == (grpc.StatusCode.INTERNAL, "grpc_retry internal error")
+        (logged,) = [record for record in caplog.records if record.exc_info]  # the bug, once, with its traceback
+        assert "a bug in the call machine" in str(logged.exc_info[1])
+        if event != "start":
+            (first,) = backends[0].wait_ended(UNARY, 1)
+            assert first.cancelled or event == "status"  # (its end is what failed: it had ended)
+        assert not ch._state.calls and TIMERS.pending() == 0
+        monkeypatch.setattr(_Failing, "failing", ())
+        assert ch.unary_unary(UNARY)(b"y", timeout=10) == b"y"
+    assert [len(b.attempts_of(UNARY)) for b in backends][1:] == [0, 0]  # no hedge went
+
+
+def test_a_blocking_hedged_call_whose_end_is_lost_ends_internal(backends, caplog, monkeypatch):
+    """Attempt 0's end never reaches the driver (its callback suppressed) after its headers committed the call,
+    which has no deadline: nothing else would end it. The caller gets INTERNAL once the wait has nothing left to
+    wait for, instead of blocking for ever."""
+    if transport.NAME != "direct" or not pure_python():
+        pytest.skip("patches the pure-Python build's blocking hedged call (the direct transport's)")
+    monkeypatch.setattr(HedgedBlockingCall, "_on_end", lambda self, attempt: None)
+    monkeypatch.setattr(grpc_retry.sync._hedged, "END_GRACE", 0.5)
+    backends[0].script(UNARY, Step(headers=(("k", "v"),), headers_lead=0.2))
+    config = hedging_config(delay="0.1s")
+    with grpc_retry.insecure_channel(target(backends), options=[("grpc.service_config", config)]) as ch:
+        error, ended = _blocking_unary(ch, b"x")
+        assert ended
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() == grpc.StatusCode.INTERNAL
+        assert error.details() == "grpc_retry internal error: the call's end was lost"
+        assert "end was lost" in caplog.text
+        assert not ch._state.calls and TIMERS.pending() == 0

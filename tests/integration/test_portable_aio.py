@@ -1,0 +1,77 @@
+"""The portable transport's asyncio attempts (grpc_retry/_transport/portable_aio.py), whatever transport this
+process chose: each scenario runs in a process of its own with GRPC_RETRY_TRANSPORT=portable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A request stream whose attempt's on_written (the driver's callback, told as each message went) raises: a bug in
+# grpc_retry. Prints what the call ended with and what was logged.
+_WRITTEN_FAILS = """
+import asyncio, json, logging, sys, time
+sys.path.insert(0, sys.argv[1])
+import grpc
+import grpc_retry.aio
+from grpc_retry import _transport
+from grpc_retry._transport import portable_aio
+from support.backend import CLIENT_STREAM, Backend
+from support.clients import retry_options
+
+write = portable_aio.AioAttempt.write
+
+def failing_write(attempt, data):
+    def on_written():
+        raise RuntimeError("a bug in the driver's callback")
+    attempt.on_written = on_written
+    write(attempt, data)
+
+portable_aio.AioAttempt.write = failing_write
+logged = []
+handler = logging.Handler()
+handler.emit = lambda record: logged.append(
+    (record.getMessage(), repr(record.exc_info[1]) if record.exc_info else None))
+logging.getLogger("grpc_retry").addHandler(handler)
+
+async def main(backend):
+    async with grpc_retry.aio.insecure_channel(backend.target, options=retry_options()) as ch:
+        started = time.monotonic()
+        call = ch.stream_unary(CLIENT_STREAM)(iter([b"a", b"b"]), timeout=5)
+        try:
+            await call
+            code, details = "OK", None
+        except grpc.aio.AioRpcError as error:
+            code, details = error.code().name, error.details()
+        return code, details, time.monotonic() - started, len(backend.attempts_of(CLIENT_STREAM))
+
+backend = Backend()
+try:
+    code, details, took, attempts = asyncio.run(main(backend))
+finally:
+    backend.stop()
+print(json.dumps({"transport": _transport.NAME, "code": code, "details": details, "took": took,
+                  "attempts": attempts, "logged": logged}))
+"""
+
+
+def _run(script: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script, TESTS], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GRPC_RETRY_TRANSPORT": "portable"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_request_stream_whose_written_callback_fails_ends_internal_and_says_why():
+    """The attempt's writer meets the driver's exception: the call ends INTERNAL at once (not at its deadline,
+    with its requests never sent), and the exception is logged with its traceback."""
+    out = _run(_WRITTEN_FAILS)
+    assert out["transport"] == "portable"
+    assert (out["code"], out["details"]) == ("INTERNAL", "grpc_retry internal error")
+    assert out["took"] < 4  # its deadline is 5 s away
+    assert out["attempts"] <= 1  # INTERNAL is not retryable: no attempt follows (the one may be cancelled unseen)
+    failures = [exc for _, exc in out["logged"] if exc is not None]
+    assert failures == ["RuntimeError(\"a bug in the driver's callback\")"]
