@@ -16,6 +16,11 @@ from grpc_retry._method import Deserializer, Serializer
 log = logging.getLogger("grpc_retry")
 
 
+class RouteError(Exception):
+    """A call no route of the router's current config can take (or that its cluster drops): it fails UNAVAILABLE
+    with this message."""
+
+
 class Admission(Protocol):
     """A cluster's admission of calls (the router gives it with each route): what the cluster's own parts let in,
     e.g. a limit on its calls in flight. Every call it admits is released exactly once, when the call ends."""

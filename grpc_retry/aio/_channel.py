@@ -1,4 +1,5 @@
-"""grpc_retry.aio channels: grpc.aio.Channel's interface over a subchannel whose own retries are off."""
+"""grpc_retry.aio channels: grpc.aio.Channel's interface over a subchannel whose own retries are off. A channel
+whose target has a router (an `xds:` target: _backends/routers.py) makes its methods routed (aio/_routed.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import logging
 import math
 from types import TracebackType
-from typing import Any, Dict, List, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import grpc
 from grpc import aio
@@ -20,11 +21,13 @@ from grpc.aio import (
 
 from grpc_retry import _bases as bases
 from grpc_retry._backends import AioSubchannels
+from grpc_retry._backends.routers import notes_for, router_for
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._transport import completions
 from grpc_retry._transport import transport as internals
+from grpc_retry.aio import _routed
 from grpc_retry.aio._call import StreamStreamCall, StreamUnaryCall, UnaryStreamCall, UnaryUnaryCall
 from grpc_retry.aio._timers import CallTimers
 
@@ -124,6 +127,15 @@ _InterceptedStreamUnary = internals.aio_intercepted("stream_unary")
 _InterceptedStreamStream = internals.aio_intercepted("stream_stream")
 
 
+def _working_loop_soon() -> Callable[[Callable[[], None]], None]:
+    """Where a router applies a config: on the loop a grpc.aio channel made now binds to, from any thread."""
+    loop = internals.aio_working_loop()
+
+    def soon(apply: Callable[[], None]) -> None:
+        loop.call_soon_threadsafe(apply)
+    return soon
+
+
 def by_kind(interceptors: Optional[Sequence[ClientInterceptor]]) -> Dict[str, List[ClientInterceptor]]:
     """The channel's interceptors, per kind of method they serve."""
     kinds = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
@@ -151,44 +163,78 @@ class Channel(RetryStatistics, aio.Channel):
                  compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> None:
         self._state = ChannelState(target, options)
         self._interceptors = by_kind(interceptors)
-        self._subchannels: AioSubchannels = AioSubchannels(target, self._state.options, credentials, compression)
-        self._state.observe_backends(self._subchannels)
+        self._secure = credentials is not None
+        # Its calls' router, if its target has one (its configs applied on the channel's loop); else its own
+        # subchannels.
+        self._router: Any = router_for(target, self._state.options, credentials,
+                                       lambda where, opts: AioSubchannels(where, opts, credentials, compression),
+                                       _working_loop_soon)
+        self._changed: Optional[asyncio.Event] = None  # (routed: set when the router's aggregate state may differ)
+        if self._router is None:
+            self._subchannels: Any = AioSubchannels(target, self._state.options, credentials, compression)
+            self._subchannels.explain = notes_for(target, credentials)
+            self._state.observe_backends(self._subchannels)
+        else:
+            self._changed = asyncio.Event()
+            self._subchannels = _routed.Clusters(self._router, self._changed)
+            self._router.watch(self._changed.set)
         self._timers = CallTimers()
 
     # -- multicallables ---------------------------------------------------------------------------------
 
     def unary_unary(self, method: str, request_serializer: Serializer = None,
                     response_deserializer: Deserializer = None,
-                    _registered_method: Optional[bool] = False) -> UnaryUnaryMultiCallable:
+                    _registered_method: Optional[bool] = False) -> bases.AioUnaryUnaryMultiCallable:
+        if self._router is not None:
+            return _routed.UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
+                                      UnaryUnaryMultiCallable, self._interceptors["unary_unary"])
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer, "unary_unary",
                                        self._interceptors["unary_unary"])
 
     def unary_stream(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> UnaryStreamMultiCallable:
+                     _registered_method: Optional[bool] = False) -> bases.AioUnaryStreamMultiCallable:
+        if self._router is not None:
+            return _routed.UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
+                                       UnaryStreamMultiCallable, self._interceptors["unary_stream"])
         return UnaryStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                         "unary_stream", self._interceptors["unary_stream"])
 
     def stream_unary(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> StreamUnaryMultiCallable:
+                     _registered_method: Optional[bool] = False) -> bases.AioStreamUnaryMultiCallable:
+        if self._router is not None:
+            return _routed.StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
+                                       StreamUnaryMultiCallable, self._interceptors["stream_unary"])
         return StreamUnaryMultiCallable(self, method, request_serializer, response_deserializer,
                                         "stream_unary", self._interceptors["stream_unary"])
 
     def stream_stream(self, method: str, request_serializer: Serializer = None,
                       response_deserializer: Deserializer = None,
-                      _registered_method: Optional[bool] = False) -> StreamStreamMultiCallable:
+                      _registered_method: Optional[bool] = False) -> bases.AioStreamStreamMultiCallable:
+        if self._router is not None:
+            return _routed.StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
+                                        StreamStreamMultiCallable, self._interceptors["stream_stream"])
         return StreamStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                          "stream_stream", self._interceptors["stream_stream"])
 
     # -- connectivity and lifetime ----------------------------------------------------------------------
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        backends = self._subchannels if self._router is None else self._router
         if try_to_connect:
-            self._subchannels.connect()
-        return self._subchannels.aggregate_state()
+            backends.connect()
+        return backends.aggregate_state()  # type: ignore[no-any-return]
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        router, changed = self._router, self._changed
+        if router is not None and changed is not None:
+            if router.closed:
+                raise aio.UsageError("Channel is closed.")
+            while router.aggregate_state() == last_observed_state and not router.closed:
+                changed.clear()
+                await changed.wait()
+            return
         subchannels = self._subchannels
         if subchannels.closed:  # as grpc.aio's: a wait begun after close is a usage error (one in progress returns)
             raise aio.UsageError("Channel is closed.")
@@ -254,9 +300,6 @@ async def end_calls(calls: List[Any], grace: Optional[float]) -> None:
 def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
              compression: Optional[grpc.Compression], interceptors: Optional[Sequence[ClientInterceptor]]) -> Channel:
     completions.ensure("aio")  # once per process: grpcio completes attempts as the direct transport relies on
-    if isinstance(target, str) and target.startswith("xds:"):
-        from grpc_retry.aio._xds import xds_channel
-        return xds_channel(target, options, credentials, compression, interceptors)
     return Channel(target, options, credentials, compression, interceptors)
 
 

@@ -1,5 +1,7 @@
 """grpc_retry's synchronous channels: grpc.Channel's interface over one grpcio channel per resolved address
-(C-core's own retries off in each), every attempt on the address the call machine picked for it."""
+(C-core's own retries off in each), every attempt on the address the call machine picked for it. A channel whose
+target has a router (an `xds:` target: _backends/routers.py) makes its methods routed (sync/_routed.py): each call
+takes its route, cluster and retry policy from the router, then runs as here on that cluster's subchannels."""
 
 from __future__ import annotations
 
@@ -13,21 +15,22 @@ import grpc
 
 from grpc_retry import _bases as bases
 from grpc_retry._backends import SyncSubchannels, serially
+from grpc_retry._backends.routers import notes_for, router_for
 from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import log
 from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Method, RetryStatistics, Serializer
 from grpc_retry._options import OptionsType
 from grpc_retry._transport import completions
 from grpc_retry._transport import transport as internals
+from grpc_retry.sync import _routed
 from grpc_retry.sync._blocking import BlockingCall
 from grpc_retry.sync._call import Call, StreamingCall
 from grpc_retry.sync._hedged import HedgedBlockingCall
 from grpc_retry.sync._request_stream import BlockingStreamCall
-from grpc_retry.sync._status import local_error
+from grpc_retry.sync._status import CLOSED_CHANNEL, local_error
 from grpc_retry.sync._workers import Workers
 
 _INF = math.inf
-CLOSED_CHANNEL = "Cannot invoke RPC on closed channel!"  # grpcio's words
 # close(): how long the calls whose attempts grpcio's close cancels may take to hear it (milliseconds, in practice)
 # before grpc_retry ends them itself.
 CLOSE_WAIT = 1.0
@@ -160,30 +163,51 @@ class Channel(RetryStatistics, grpc.Channel):
     def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
                  compression: Optional[grpc.Compression]) -> None:
         self._state = ChannelState(target, options)
-        self._subchannels: SyncSubchannels = SyncSubchannels(target, self._state.options, credentials, compression)
-        self._state.observe_backends(self._subchannels)
         self._workers = Workers("grpc_retry-worker")
+        # Its calls' router, if its target has one; else its own subchannels (what subscribe() watches and
+        # close() closes: the router's, every cluster's).
+        self._router: Any = router_for(target, self._state.options, credentials,
+                                       lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
+                                       lambda: _now, self._workers.submit)
+        if self._router is None:
+            self._subchannels: Any = SyncSubchannels(target, self._state.options, credentials, compression)
+            self._subchannels.explain = notes_for(target, credentials)
+            self._state.observe_backends(self._subchannels)
+        else:
+            self._subchannels = self._router
         self._lock = threading.Lock()
         self._subscriptions: List[_Subscription] = []
 
     def unary_unary(self, method: str, request_serializer: Serializer = None,
                     response_deserializer: Deserializer = None,
-                    _registered_method: Optional[bool] = False) -> UnaryUnaryMultiCallable:
+                    _registered_method: Optional[bool] = False) -> bases.UnaryUnaryMultiCallable:
+        if self._router is not None:
+            return _routed.UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
+                                      UnaryUnaryMultiCallable)
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer, "unary_unary")
 
     def unary_stream(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> UnaryStreamMultiCallable:
+                     _registered_method: Optional[bool] = False) -> bases.UnaryStreamMultiCallable:
+        if self._router is not None:
+            return _routed.UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
+                                       UnaryStreamMultiCallable)
         return UnaryStreamMultiCallable(self, method, request_serializer, response_deserializer, "unary_stream")
 
     def stream_unary(self, method: str, request_serializer: Serializer = None,
                      response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> StreamUnaryMultiCallable:
+                     _registered_method: Optional[bool] = False) -> bases.StreamUnaryMultiCallable:
+        if self._router is not None:
+            return _routed.StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
+                                       StreamUnaryMultiCallable)
         return StreamUnaryMultiCallable(self, method, request_serializer, response_deserializer, "stream_unary")
 
     def stream_stream(self, method: str, request_serializer: Serializer = None,
                       response_deserializer: Deserializer = None,
-                      _registered_method: Optional[bool] = False) -> StreamStreamMultiCallable:
+                      _registered_method: Optional[bool] = False) -> bases.StreamStreamMultiCallable:
+        if self._router is not None:
+            return _routed.StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
+                                        StreamStreamMultiCallable)
         return StreamStreamMultiCallable(self, method, request_serializer, response_deserializer,
                                          "stream_stream")
 
@@ -235,6 +259,11 @@ class Channel(RetryStatistics, grpc.Channel):
         self.close()
 
 
+def _now(apply: Callable[[], None]) -> None:
+    """Where a sync channel's router applies a config: on the thread that has it."""
+    apply()
+
+
 class _Subscription:
     """One subscribe() callback: told the aggregate state whenever it differs from what it was last told,
     one delivery at a time."""
@@ -279,7 +308,4 @@ def secure_channel(target: str, credentials: grpc.ChannelCredentials, options: O
 def _channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
              compression: Optional[grpc.Compression]) -> Channel:
     completions.ensure("sync")  # once per process: grpcio completes attempts as the direct transport relies on
-    if isinstance(target, str) and target.startswith("xds:"):
-        from grpc_retry.sync._xds import xds_channel
-        return xds_channel(target, options, credentials, compression)
     return Channel(target, options, credentials, compression)

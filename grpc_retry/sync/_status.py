@@ -12,6 +12,7 @@ import grpc
 Metadata = Tuple[Any, ...]  # (key, value) pairs
 
 _OK = grpc.StatusCode.OK
+CLOSED_CHANNEL = "Cannot invoke RPC on closed channel!"  # grpcio's words
 
 
 class _Ended(grpc.Call):

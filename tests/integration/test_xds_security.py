@@ -230,7 +230,9 @@ def answer(command):
                 return {"outcome": got, "failures": len(failures), "seconds": time.monotonic() - started}
             failures.append(got)
             time.sleep(0.05)
-    if "shape" in command:  # the channel's class, and the target its backends are made for
+    if "shape" in command:  # the channel's class, and the target its backends are made for (or: routed per call)
+        if getattr(channel, "_router", None) is not None:
+            return [f"{type(channel).__module__}.{type(channel).__qualname__}", "routed"]
         target = getattr(getattr(channel, "_subchannels", None), "target", None)
         return [f"{type(channel).__module__}.{type(channel).__qualname__}",
                 None if target is None else [target.scheme, list(target.addresses)]]
@@ -460,7 +462,7 @@ def test_a_rotated_client_certificate_serves_the_same_channel_as_on_grpcio(api: 
 @pytest.mark.parametrize("policy", ["retry", "hedging"])
 def test_under_xds_credentials_grpcio_serves_the_channel_whole_and_grpc_retry_retries_and_hedges(
         api: str, plane: ControlPlane, start: Any, mtls: Any, policy: str) -> None:
-    """The channel is one grpcio channel given the whole target (not grpc_retry's XdsChannel), over mTLS; the
+    """The channel is one grpcio channel given the whole target (not routed by grpc_retry's xDS client), over mTLS; the
     service config's retry policy (each call's first attempt fails) or hedging policy (each call's first attempt
     is never answered) still applies, by grpc_retry: every call succeeds on its second attempt."""
     if policy == "retry":
@@ -488,7 +490,7 @@ def test_under_other_credentials_grpc_retrys_xds_client_serves_and_the_clusters_
     """A29: a cluster's TLS applies under xDS credentials only. The cluster asks for TLS with a certificate the
     backend would refuse (the provider holds the rogue one) and a SAN no backend has; yet insecure credentials
     reach a plaintext backend in plaintext, and ssl credentials (their own client certificate, the name checked
-    `localhost`) reach the mTLS backend — on grpc_retry's own XdsChannel as on grpcio."""
+    `localhost`) reach the mTLS backend — through grpc_retry's own xDS client as through grpcio's."""
     given: Any = credentials
     options: List[Tuple[str, Any]] = []
     if credentials == "insecure":
@@ -502,7 +504,7 @@ def test_under_other_credentials_grpc_retrys_xds_client_serves_and_the_clusters_
     rogue = file_watcher(pki.cert("rogue"), pki.key("rogue"), pki.cert("rogue-ca"))
     ours = start(api, rogue, credentials=given, options=options)
     theirs = start("grpcio", rogue, credentials=given, options=options)
-    assert ours.ask({"shape": True})[0] == f"grpc_retry.{api}._xds.XdsChannel"
+    assert ours.ask({"shape": True}) == [f"grpc_retry.{api}._channel.Channel", "routed"]
     assert together([ours, theirs], {"calls": 5}) == [[OK] * 5] * 2
     if credentials == "insecure":
         assert sorted(attempt.metadata["client"] for attempt in plaintext.attempts_of(UNARY)) == \

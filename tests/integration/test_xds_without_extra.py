@@ -165,7 +165,7 @@ def test_xds_target_goes_whole_to_grpcios_xds_client_without_the_extra(tmp_path:
     finally:
         plane.close()
     report = json.loads(done.stdout)
-    # Each the API's one channel class (not its XdsChannel), on one grpcio channel given the whole target.
+    # Each API's channel, not routed: one grpcio channel given the whole target.
     assert report["channels"] == {kind: [f"grpc_retry.{kind.split()[0]}._channel.Channel", "whole", ["xds:///svc"]]
                                   for kind in KINDS}
     attempts = named.attempts_of(UNARY)

@@ -1,10 +1,12 @@
 """What a rejected xDS resource says: every problem found, by field path, as gRPC's core collects them (sorted,
-each field's problems once); and what a call no route takes fails with. Needs no envoy protos: the channels import
-it whether or not the `xds` extra is installed."""
+each field's problems once); and what a call no route takes fails with (the routed channel's RouteError). Needs
+no envoy protos."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
+
+from grpc_retry._routing import RouteError
 
 
 class ResourceError(ValueError):
@@ -14,11 +16,6 @@ class ResourceError(ValueError):
         self.name = name
         self.errors = errors
         super().__init__("; ".join(errors))
-
-
-class RouteError(Exception):
-    """A call no route of the current config can take (or its cluster drops): it fails UNAVAILABLE with this
-    message."""
 
 
 class Errors:
@@ -51,3 +48,6 @@ def parsed(message_class: Any, data: bytes, kind: str) -> Any:
         return message_class.FromString(data)
     except Exception:  # noqa: BLE001 (protobuf's DecodeError and its kin)
         raise ResourceError(None, [f"Can't parse {kind} resource."]) from None
+
+
+__all__ = ["Errors", "ResourceError", "RouteError", "parsed"]

@@ -1,8 +1,9 @@
-"""An asyncio channel on an `xds:` target (the sync one's twin, sync/_xds.py): each call takes the route its method
-and metadata match and the cluster that route gives it; its attempts then run as on any other channel, on that
-cluster's subchannels, under the route's retry policy (else the channel's service config).
+"""The methods of an asyncio channel whose calls take a route each (the sync one's twin, sync/_routed.py): each call
+takes the route its method and metadata match and the cluster that route gives it; its attempts then run as on
+any other channel, on that cluster's subchannels, under the route's retry policy (else the channel's service
+config).
 
-The config is applied on the channel's event loop. A call made before the first config is a `_Pending` call: the
+The router applies a config on the channel's event loop. A call made before the first config is a `_Pending` call: the
 application has its call object at once, and the call starts when the config comes (or ends with the error that
 came instead, or at its deadline)."""
 
@@ -11,46 +12,19 @@ from __future__ import annotations
 import asyncio
 import math
 from time import monotonic
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Generator, List, Optional, Tuple
 
 import grpc
 from grpc import aio
 
 from grpc_retry import _bases as bases
-from grpc_retry._backends import AioSubchannels
-from grpc_retry._backends.xds import own_client
-from grpc_retry._backends.xds.certificates import notes
-from grpc_retry._backends.xds.errors import RouteError
-from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
-from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
-from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod, bounded, start_failed
-from grpc_retry._transport import transport as internals
-from grpc_retry.aio._channel import (
-    Channel,
-    StreamStreamMultiCallable,
-    StreamUnaryMultiCallable,
-    UnaryStreamMultiCallable,
-    UnaryUnaryMultiCallable,
-    by_kind,
-)
-from grpc_retry.aio._timers import CallTimers
-
-if TYPE_CHECKING:
-    from grpc_retry._backends.xds.router import XdsRouter
+from grpc_retry._method import Compression, Credentials, Metadata
+from grpc_retry._routing import RoutedMethod, RouteError, bounded, start_failed
 
 INSECURE_CALL_CREDENTIALS = "Call credentials are only valid on secure channels"  # grpcio's words
 
 
-
-def _working_loop_soon() -> Callable[[Callable[[], None]], None]:
-    """Run a callback on the loop a grpc.aio channel made now binds to, from any thread."""
-    loop = internals.aio_working_loop()
-
-    def soon(callback: Callable[[], None]) -> None:
-        loop.call_soon_threadsafe(callback)
-    return soon
 
 class _Routed(RoutedMethod):
     __slots__ = ()
@@ -93,19 +67,19 @@ class _Routed(RoutedMethod):
         return self._start(routed, request, *args)
 
 
-class _UnaryUnary(_Routed, bases.AioUnaryUnaryMultiCallable):
+class UnaryUnary(_Routed, bases.AioUnaryUnaryMultiCallable):
     __slots__ = ()
 
 
-class _UnaryStream(_Routed, bases.AioUnaryStreamMultiCallable):
+class UnaryStream(_Routed, bases.AioUnaryStreamMultiCallable):
     __slots__ = ()
 
 
-class _StreamUnary(_Routed, bases.AioStreamUnaryMultiCallable):
+class StreamUnary(_Routed, bases.AioStreamUnaryMultiCallable):
     __slots__ = ()
 
 
-class _StreamStream(_Routed, bases.AioStreamStreamMultiCallable):
+class StreamStream(_Routed, bases.AioStreamStreamMultiCallable):
     __slots__ = ()
 
 
@@ -309,78 +283,15 @@ _PENDING: Dict[str, Any] = {"unary_unary": _PendingUnaryUnary, "unary_stream": _
             "stream_unary": _PendingStreamUnary, "stream_stream": _PendingStreamStream}
 
 
-class _Clusters:
+class Clusters:
     """What the channel's close() closes (aio/_channel.py): every cluster's subchannels."""
 
     outliers = None  # (each cluster has its own detector)
 
-    def __init__(self, router: XdsRouter, changed: asyncio.Event) -> None:
+    def __init__(self, router: Any, changed: asyncio.Event) -> None:
         self._router, self._changed = router, changed
 
     async def close(self, grace: Optional[float]) -> None:
         for closing in self._router.close(grace):
             await closing
         self._changed.set()
-
-
-class XdsChannel(Channel):
-    """A grpc_retry asyncio channel on an `xds:` target, its backends told by the control plane."""
-
-    def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> None:
-        from grpc_retry._backends.xds.router import XdsRouter  # (the envoy protos: only once the extra is found)
-
-        self._state = ChannelState(target, options)
-        self._interceptors = by_kind(interceptors)
-        self._timers = CallTimers()
-        self._secure = credentials is not None
-        self._router = XdsRouter(target, self._state.options,
-                                 lambda where, opts: AioSubchannels(where, opts, credentials, compression),
-                                 _working_loop_soon)
-        self._changed = asyncio.Event()
-        self._subchannels: Any = _Clusters(self._router, self._changed)
-        self._router.watch(self._changed.set)
-
-    def unary_unary(self, method: str, request_serializer: Serializer = None,
-                    response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
-        return _UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
-                           UnaryUnaryMultiCallable, self._interceptors["unary_unary"])
-
-    def unary_stream(self, method: str, request_serializer: Serializer = None,
-                     response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
-        return _UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
-                            UnaryStreamMultiCallable, self._interceptors["unary_stream"])
-
-    def stream_unary(self, method: str, request_serializer: Serializer = None,
-                     response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
-        return _StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
-                            StreamUnaryMultiCallable, self._interceptors["stream_unary"])
-
-    def stream_stream(self, method: str, request_serializer: Serializer = None,
-                      response_deserializer: Deserializer = None, _registered_method: Optional[bool] = False) -> Any:
-        return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
-                             StreamStreamMultiCallable, self._interceptors["stream_stream"])
-
-    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        if try_to_connect:
-            self._router.connect()
-        return self._router.aggregate_state()
-
-    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        if self._router.closed:
-            raise aio.UsageError("Channel is closed.")
-        while self._router.aggregate_state() == last_observed_state and not self._router.closed:
-            self._changed.clear()
-            await self._changed.wait()
-
-
-
-def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                compression: Optional[grpc.Compression], interceptors: Optional[Sequence[Any]]) -> Channel:
-    """A channel of grpc_retry's own xDS client; without the `xds` extra or with xDS credentials, the target whole
-    on one grpcio channel, which grpcio's xDS client serves."""
-    if own_client(target, credentials):
-        return XdsChannel(target, options, credentials, compression, interceptors)
-    channel = Channel(target, options, credentials, compression, interceptors)
-    channel._subchannels.explain = notes(credentials)
-    return channel

@@ -1,8 +1,9 @@
-"""A synchronous channel on an `xds:` target: each call takes the route its method and metadata match, and the
-cluster that route gives it (_backends/xds/router.py); its attempts then run as on any other channel, on that
-cluster's subchannels, under the route's retry policy (else the channel's service config).
+"""The methods of a synchronous channel whose calls take a route each (its router: _backends/routers.py): each call
+takes the route its method and metadata match, and the cluster that route gives it; its attempts then run as on
+any other channel (the channel's own multicallable, made per cluster and route policy), on that cluster's
+subchannels, under the route's retry policy (else the channel's service config).
 
-A call made before the channel's first config waits for it (at most its timeout), as grpcio's calls wait for their
+A call made before the router's first config waits for it (at most its timeout), as grpcio's calls wait for their
 resolver: a blocking call on its thread; a future or a response stream is returned at once (_Pending)."""
 
 from __future__ import annotations
@@ -15,27 +16,11 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import grpc
 
 from grpc_retry import _bases as bases
-from grpc_retry._backends import SyncSubchannels
-from grpc_retry._backends.xds import own_client
-from grpc_retry._backends.xds.certificates import notes
-from grpc_retry._backends.xds.errors import RouteError
-from grpc_retry._channel_state import ChannelState
 from grpc_retry._driver import CANCELLED_DETAILS, CLOSED_DETAILS, DEADLINE_DETAILS
-from grpc_retry._method import Compression, Credentials, Deserializer, Metadata, Serializer
-from grpc_retry._options import OptionsType
-from grpc_retry._routing import RoutedMethod, bounded, start_failed
+from grpc_retry._method import Compression, Credentials, Metadata
+from grpc_retry._routing import RoutedMethod, RouteError, bounded, start_failed
 from grpc_retry._timer import TIMERS
-from grpc_retry.sync._channel import (
-    CLOSED_CHANNEL,
-    Channel,
-    StreamStreamMultiCallable,
-    StreamUnaryMultiCallable,
-    UnaryStreamMultiCallable,
-    UnaryUnaryMultiCallable,
-    _Subscription,
-)
-from grpc_retry.sync._status import RpcError, local_error
-from grpc_retry.sync._workers import Workers
+from grpc_retry.sync._status import CLOSED_CHANNEL, RpcError, local_error
 
 INF = math.inf
 
@@ -122,7 +107,7 @@ class _FailedStream(RpcError):
 
 class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
     """A future or response stream made before its channel's first config: it becomes its call when the config
-    comes (on the xDS client's thread), or ends with the error that came instead, its deadline, its cancel or the
+    comes (on the router's thread), or ends with the error that came instead, its deadline, its cancel or the
     channel's close. Until then, what needs the call waits for it."""
 
     def __init__(self, routed: _Routed, name: str, request: Any, timeout: Optional[float], metadata: Metadata,
@@ -144,7 +129,7 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
 
     def _ready(self) -> None:
         """A config (or an error) came, or the channel closed: start the call, or end. Never raises: it runs on the
-        xDS client's thread, in turn with every other call waiting for the config."""
+        router's thread, in turn with every other call waiting for the config."""
         try:
             self._begin()
         except Exception as error:  # (its start raised, too late to raise where the call was made)
@@ -275,7 +260,7 @@ class _Pending(grpc.Call, grpc.Future):  # type: ignore[type-arg]
     next = __next__
 
 
-class _UnaryUnary(_Routed, bases.UnaryUnaryMultiCallable):
+class UnaryUnary(_Routed, bases.UnaryUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -294,7 +279,7 @@ class _UnaryUnary(_Routed, bases.UnaryUnaryMultiCallable):
         return self._call("future", request, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class _UnaryStream(_Routed, bases.UnaryStreamMultiCallable):
+class UnaryStream(_Routed, bases.UnaryStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request: Any, timeout: Optional[float] = None, metadata: Metadata = None,
@@ -303,7 +288,7 @@ class _UnaryStream(_Routed, bases.UnaryStreamMultiCallable):
         return self._call("__call__", request, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class _StreamUnary(_Routed, bases.StreamUnaryMultiCallable):
+class StreamUnary(_Routed, bases.StreamUnaryMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
@@ -323,63 +308,10 @@ class _StreamUnary(_Routed, bases.StreamUnaryMultiCallable):
         return self._call("future", request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class _StreamStream(_Routed, bases.StreamStreamMultiCallable):
+class StreamStream(_Routed, bases.StreamStreamMultiCallable):
     __slots__ = ()
 
     def __call__(self, request_iterator: Iterator[Any], timeout: Optional[float] = None, metadata: Metadata = None,
                  credentials: Credentials = None, wait_for_ready: Optional[bool] = None,
                  compression: Compression = None) -> Any:
         return self._call("__call__", request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
-
-
-class XdsChannel(Channel):
-    """A grpc_retry channel on an `xds:` target, its backends told by the control plane."""
-
-    def __init__(self, target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                 compression: Optional[grpc.Compression]) -> None:
-        from grpc_retry._backends.xds.router import XdsRouter  # (the envoy protos: only once the extra is found)
-
-        self._state = ChannelState(target, options)
-        self._workers = Workers("grpc_retry-worker")
-        self._router = XdsRouter(target, self._state.options,
-                                 lambda where, opts: SyncSubchannels(where, opts, credentials, compression),
-                                 lambda: lambda apply: apply(), self._workers.submit)
-        self._subchannels: Any = self._router  # (what subscribe() watches and close() closes)
-        self._lock = threading.Lock()
-        self._subscriptions: List[_Subscription] = []
-
-    def unary_unary(self, method: str, request_serializer: Serializer = None,
-                    response_deserializer: Deserializer = None,
-                    _registered_method: Optional[bool] = False) -> Any:
-        return _UnaryUnary(self, method, request_serializer, response_deserializer, "unary_unary",
-                           UnaryUnaryMultiCallable)
-
-    def unary_stream(self, method: str, request_serializer: Serializer = None,
-                     response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> Any:
-        return _UnaryStream(self, method, request_serializer, response_deserializer, "unary_stream",
-                            UnaryStreamMultiCallable)
-
-    def stream_unary(self, method: str, request_serializer: Serializer = None,
-                     response_deserializer: Deserializer = None,
-                     _registered_method: Optional[bool] = False) -> Any:
-        return _StreamUnary(self, method, request_serializer, response_deserializer, "stream_unary",
-                            StreamUnaryMultiCallable)
-
-    def stream_stream(self, method: str, request_serializer: Serializer = None,
-                      response_deserializer: Deserializer = None,
-                      _registered_method: Optional[bool] = False) -> Any:
-        return _StreamStream(self, method, request_serializer, response_deserializer, "stream_stream",
-                             StreamStreamMultiCallable)
-
-
-
-def xds_channel(target: str, options: OptionsType, credentials: Optional[grpc.ChannelCredentials],
-                compression: Optional[grpc.Compression]) -> Channel:
-    """A channel of grpc_retry's own xDS client; without the `xds` extra or with xDS credentials, the target whole
-    on one grpcio channel, which grpcio's xDS client serves."""
-    if own_client(target, credentials):
-        return XdsChannel(target, options, credentials, compression)
-    channel = Channel(target, options, credentials, compression)
-    channel._subchannels.explain = notes(credentials)
-    return channel
