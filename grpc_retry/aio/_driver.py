@@ -30,7 +30,7 @@ import grpc
 from grpc.aio import AioRpcError, Metadata
 
 from grpc_retry import _driver as driver
-from grpc_retry._core import CallMachine
+from grpc_retry._core import CANCEL, END, CallMachine
 from grpc_retry._driver import (
     CANCELLED_DETAILS,
     INF,
@@ -57,6 +57,7 @@ _EOF = grpc.aio.EOF
 # Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)
 TIMER_TURNS = 4
 _OK, _CANCELLED = grpc.StatusCode.OK, grpc.StatusCode.CANCELLED
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 
 
 class _Call(CallDriver):
@@ -236,6 +237,22 @@ class _Call(CallDriver):
         """(In an exception handler.) The machine failed deciding an event: what ends the call INTERNAL."""
         self._local_details = driver.INTERNAL_DETAILS
         return driver.broken(self._attempts)
+
+    def _act(self, actions: List[Any]) -> None:
+        """Perform what the machine decided. If that fails (a bug), the call ends INTERNAL, its attempts
+        cancelled: on a loop callback the error would only be logged, and the call left."""
+        try:
+            CallDriver._act(self, actions)
+        except Exception:
+            log.exception("grpc_retry could not perform what the call's machine decided")
+            if self._done:
+                return
+            self._local_details = driver.INTERNAL_DETAILS
+            try:
+                CallDriver._act(self, [(CANCEL, n) for n in sorted(self._attempts)] + [(END, _INTERNAL)])
+            finally:
+                if not self._done:
+                    self._finish(grpc.StatusCode.INTERNAL, driver.INTERNAL_DETAILS, (), (), None)
 
     def _unwait(self) -> None:
         listener, self._listener = self._listener, None

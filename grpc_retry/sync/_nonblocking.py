@@ -204,7 +204,8 @@ class _NonBlocking(_Attempts):
                     self._perform(action)
                 except Exception:  # a bug: end the call rather than leave it, and this queue, stuck
                     log.exception("grpc_retry could not perform %r", action)
-                    self._fail(grpc.StatusCode.INTERNAL, driver.INTERNAL_DETAILS)
+                    if not self._fail(grpc.StatusCode.INTERNAL, driver.INTERNAL_DETAILS):
+                        self._end_broken()
             actions = None
 
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------
@@ -357,8 +358,21 @@ class _NonBlocking(_Attempts):
         self._finish()
 
     def _end(self, code: int) -> None:
+        if self._finished:
+            return  # (ended INTERNAL: an action of its end failed)
         self._local(code, self._local_details)
         self._finish()
+
+    def _end_broken(self) -> None:
+        """(The draining thread.) An action of a call already ending failed (a bug), which no cancel can end
+        now: it ends INTERNAL here, unless it has ended."""
+        if self._finished:
+            return
+        self._local_details = driver.INTERNAL_DETAILS
+        try:
+            self._local(grpc.StatusCode.INTERNAL.value[0], driver.INTERNAL_DETAILS)
+        finally:
+            self._finish()
 
     def _finish(self) -> None:
         with self._lock:
