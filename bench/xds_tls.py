@@ -224,7 +224,7 @@ def _channels(modules: Dict[str, Any]) -> Dict[str, Any]:
 
 def _check(channels: Dict[str, Any]) -> None:
     """grpc_retry's own xDS client serves its insecure channel, grpcio's the others."""
-    ours_own = [name for name, channel in channels.items() if type(channel).__name__ == "XdsChannel"]
+    ours_own = [name for name, channel in channels.items() if getattr(channel, "_router", None) is not None]
     if ours_own != ["ours_plain"]:  # (without the `xds` extra, none: there would be nothing to measure)
         raise RuntimeError(f"grpc_retry's own xDS client serves {ours_own}, where it should serve ours_plain only "
                            "(is the `xds` extra installed?)")
