@@ -15,7 +15,7 @@ cdef class _Call(CallDriver):
     cpdef _refused(self, error)
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)
-    cpdef _ended(self, n, attempt, answered)
+    cpdef _ended(self, n, attempt, headers, response)
     cpdef _headers_came(self, n, attempt)
     cpdef _headers_first_ended(self, n, attempt, response)
     cpdef _direct_ended(self, n, attempt, response)
