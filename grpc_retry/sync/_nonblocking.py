@@ -487,8 +487,8 @@ class _NonBlocking(_Attempts):
         return message
 
     def _answer(self, n: int) -> List[Action]:
-        """(Under the lock.) Attempt n, live, answered: the call is its own (if it was not already)."""
-        return self._machine.headers(n, monotonic()) if self._machine.winner != n else []
+        """(Under the lock.) Attempt n, live, has its first message: the call is its own (if it was not already)."""
+        return self._machine.message(n, monotonic()) if self._machine.winner != n else []
 
 
     def _attempt_requests(self, n: int) -> Iterator[Any]:

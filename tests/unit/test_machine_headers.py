@@ -179,3 +179,14 @@ def test_headers_with_the_end_after_empty_ones_answer_at_the_end_not_at_the_sile
     m.headers(0, 0.1, True)
     assert names(m.status(0, UNAVAILABLE, "x", None, 0.1 + 2 * GRACE, True)) == [("COMMIT", 0), ("DELIVER", 0)]
     assert not m.headers_ahead  # (the silence's verdict would have set it)
+
+
+def test_a_first_message_commits_as_headers_do_but_is_not_headers_sent_ahead():
+    # Both drivers report a message read before the call committed as a message: the same commit as headers with
+    # metadata, but the time between it and the status says nothing of headers sent ahead of the response.
+    for event in ("headers", "message"):
+        m = machine()
+        m.start(0.0, b"x")
+        assert names(getattr(m, event)(0, 0.1)) == [("COMMIT", 0)]
+        assert names(m.status(0, UNAVAILABLE, "x", None, 0.1 + 2 * EARLY_HEADERS)) == [("DELIVER", 0)]
+        assert m.headers_ahead == (event == "headers")
