@@ -255,16 +255,17 @@ cdef class CallMachine:
         return self._answered(n, "message", now)
 
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now,
-                      bint got_headers=False):
-        """Attempt n ended with `code`. `got_headers`: it had answered (headers with metadata, or a unary
-        response, came with the status), which commits the call to it first, as headers() would have (for call
-        shapes that report the answer only with the status). An OK ends the call anyway: its answer commits first
-        only under hedging, for adaptive hedging's latency sample."""
+                      bint headers=False, bint response=False):
+        """Attempt n ended with `code`: its end record. `headers`: its response headers carried metadata;
+        `response`: its (unary) response came with its end. Either is an answer, which commits the call to it
+        first, as headers() or message() would have: for call shapes that report the answer only with the status.
+        An OK ends the call anyway: its answer commits first only under hedging, for adaptive hedging's latency
+        sample."""
         cdef _Attempt a = self._live(n, "status")
         cdef int kind
-        cdef bint retryable, stop, throttled = False
+        cdef bint answered, retryable, stop, throttled = False
         cdef long pushback
-        cdef double delay = -1, answered = now
+        cdef double delay = -1, answered_at = now
         out = []
         a.live = False
         a.writing = False
@@ -274,11 +275,14 @@ cdef class CallMachine:
         if self.live == 0:
             self._idle_since = now
         if self.winner != n:
-            if not got_headers and a.quiet_until <= now:  # its silence after empty headers lasted: it answered
-                self.headers_ahead = got_headers = True
-                answered = a.quiet_until - _HEADERS_GRACE
-            if got_headers and (code != STATUS_OK or self.hedging):
-                self._answer(n, a, answered, out)
+            # Its response, or headers with metadata, are an answer. Empty headers alone are not: a Trailers-Only
+            # response's are as empty as real ones (grpcio reports headers that come with the status as empty).
+            answered = response or headers
+            if not answered and a.quiet_until <= now:  # its silence after empty headers lasted: it answered
+                self.headers_ahead = answered = True
+                answered_at = a.quiet_until - _HEADERS_GRACE
+            if answered and (code != STATUS_OK or self.hedging):
+                self._answer(n, a, answered_at, out)
         elif self._heard_at >= 0 and now - self._heard_at >= _EARLY_HEADERS:
             self.headers_ahead = True
         if self.notes is not None:

@@ -186,7 +186,8 @@ cdef class CallMachine:
     cpdef list wrote(self, int n, double now)
     cpdef list headers(self, int n, double now, bint empty=*)
     cpdef list message(self, int n, double now)
-    cpdef list status(self, int n, int code, object details, object trailing_metadata, double now, bint got_headers=*)
+    cpdef list status(self, int n, int code, object details, object trailing_metadata, double now, bint headers=*,
+                      bint response=*)
     cpdef list timer(self, double now)
     cpdef list subchannels_changed(self, double now)
     cpdef list cancel(self, int code, double now)

@@ -54,7 +54,7 @@ class _StreamResponse(_Call):
         attempt.add_done_callback(partial(self._stream_done, n))
 
     def _stream_done(self, n: int, attempt: Any) -> None:
-        self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), False)
 
     async def read(self) -> Any:
         if self._done and self._peek is None:

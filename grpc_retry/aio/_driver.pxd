@@ -16,7 +16,7 @@ cdef class _Call(CallDriver):
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)
     cpdef _act(self, actions)
-    cpdef _ended(self, n, attempt, answered)
+    cpdef _ended(self, n, attempt, headers, response)
     cpdef _headers_came(self, n, attempt)
     cpdef _headers_first_ended(self, n, attempt, response)
     cpdef _direct_ended(self, n, attempt, response)

@@ -282,10 +282,9 @@ class _Call(CallDriver):
 
     # -- what the attempts report ---------------------------------------------------------------------------------
 
-    def _ended(self, n: int, attempt: Any, answered: bool) -> None:
-        """Attempt n is over: tell the machine its status (unless it was cancelled: then it is not ours).
-        `answered`: its headers or response came with its end, which commits the call to it first (an unhedged
-        call's OK needs no commit: it ends the call)."""
+    def _ended(self, n: int, attempt: Any, headers: bool, response: bool) -> None:
+        """Attempt n is over: tell the machine its end record (unless it was cancelled: then it is not ours).
+        `headers`: its response headers carried metadata; `response`: its response came with its end."""
         if self._attempts.get(n) is not attempt:
             return
         del self._attempts[n]
@@ -305,10 +304,10 @@ class _Call(CallDriver):
         code = status.code()
         try:
             if code == 0:
-                actions = self._machine.status(n, 0, None, None, monotonic(), answered)
+                actions = self._machine.status(n, 0, None, None, monotonic(), headers, response)
             else:
                 actions = self._machine.status(n, code, status.details(), status.trailing_metadata(), monotonic(),
-                                               answered)
+                                               headers, response)
         except Exception:  # as in _decide (inline: every call comes here)
             actions = self._broken()
         self._act(actions)
@@ -348,7 +347,9 @@ class _Call(CallDriver):
         finally:
             if self._watchers is not None and self._watchers.get(n) is asyncio.current_task():
                 del self._watchers[n]
-        self._ended(n, attempt, False)
+        # Its first answer was this watcher's to tell: headers seen only once it had ended count as a
+        # Trailers-Only response's.
+        self._ended(n, attempt, False, False)
 
     def _headers_came(self, n: int, attempt: AioAttempt) -> None:
         """A watched unary attempt's headers came (`_first_answer`, for the headers-first shape)."""
@@ -362,20 +363,18 @@ class _Call(CallDriver):
             return
         if response is not _EOF:
             self._response = response
-        self._ended(n, attempt, response is not _EOF)
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), response is not _EOF)
         if self._machine.headers_ahead:
             self._method.headers_early()
 
     def _direct_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
         """A unary-unary attempt as one batch (unhedged, or a hedged call's first: `_start`) ended, with its
-        response or EOF: its headers, or its response, came with its end."""
+        response or EOF: its headers and its response came with its end."""
         if self._attempts.get(n) is not attempt:
             return
         if response is not _EOF:
             self._response = response
-            self._ended(n, attempt, True)
-        else:
-            self._ended(n, attempt, bool(aio_initial_metadata(attempt)))
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), response is not _EOF)
 
     # -- ending ---------------------------------------------------------------------------------------------------
 

@@ -266,13 +266,14 @@ class HedgedBlockingCall(_Attempts):
                 if self._ending or not out:  # (not out: the machine cancelled it, for its perAttemptRecvTimeout)
                     return
                 machine = self._machine
-                # Its response, or headers with metadata (one batch: Method.first_whole), came with its end
-                answered = sync_response(attempt) is not None or bool(attempt.initial_metadata())
                 state = attempt._state  # (its own: sync_status() would copy it)
                 code = state.code  # (0 for OK without StatusCode.value, an enum's property: interpreted Python)
                 try:
+                    # Its headers and response came with its end (one batch: Method.first_whole)
                     decided = self._decided(machine.status(0, 0 if code is _OK else code.value[0], state.details,
-                                                           state.trailing_metadata, monotonic(), answered), False)
+                                                           state.trailing_metadata, monotonic(),
+                                                           bool(state.initial_metadata), state.response is not None),
+                                            False)
                     if machine.headers_ahead:
                         self._method.headers_early()
                 except Exception:  # (as in _on_headers)

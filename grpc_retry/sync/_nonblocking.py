@@ -415,13 +415,12 @@ class _NonBlocking(_Attempts):
             response = internals.sync_response(call)
         self._last = call, response
         self._changed.notify_all()
+        # Its headers and response as its end leaves them; a hedge's first answer was its watcher's to tell:
+        # headers seen only once it had ended count as a Trailers-Only response's.
+        headers = bool(initial) and (watched_unary or not self._hedged)
         # (0 for OK without StatusCode.value: an enum's property, interpreted Python even where the caller is compiled)
-        if watched_unary:
-            answered = bool(initial) or internals.sync_response(call) is not None
-        else:
-            answered = bool(initial) and not self._hedged
-        return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(),
-                                    answered)
+        return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(), headers,
+                                    watched_unary and internals.sync_response(call) is not None)
 
     def _headers_came(self, n: int, attempt: Any) -> None:
         """A watched unary attempt's headers came (grpcio's spin thread)."""
@@ -502,8 +501,8 @@ class _NonBlocking(_Attempts):
         return message
 
     def _answer(self, n: int) -> List[Action]:
-        """(Under the lock.) Attempt n, live, answered: the call is its own (if it was not already)."""
-        return self._machine.headers(n, monotonic()) if self._machine.winner != n else []
+        """(Under the lock.) Attempt n, live, has its first message: the call is its own (if it was not already)."""
+        return self._machine.message(n, monotonic()) if self._machine.winner != n else []
 
 
     def _attempt_requests(self, n: int) -> Iterator[Any]:

@@ -159,9 +159,10 @@ class BlockingStreamCall(_Attempts):
             self._current = -1
             self._changed.notify_all()  # its request iterator, if it waits, is over
             code, details, trailing, _, initial = internals.sync_status(ended)
-            self._last = ended, internals.sync_response(ended) if code is _OK else None
+            response = internals.sync_response(ended) if code is _OK else None
+            self._last = ended, response
             return self._decide(self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing,
-                                                     monotonic(), bool(initial) and code is not _OK))
+                                                     monotonic(), bool(initial), response is not None))
 
     def _not_started(self, error: Exception) -> Optional[List[Any]]:
         with self._lock:

@@ -244,9 +244,9 @@ class _Failing(CallMachine):
         self._check("message")
         return super().message(n, now)
 
-    def status(self, n, code, details, trailing_metadata, now, got_headers=False):
+    def status(self, n, code, details, trailing_metadata, now, headers=False, response=False):
         self._check("status")
-        return super().status(n, code, details, trailing_metadata, now, got_headers)
+        return super().status(n, code, details, trailing_metadata, now, headers, response)
 
 
 @pytest.mark.parametrize("event", ["backoff timer", "hedge's answer"])

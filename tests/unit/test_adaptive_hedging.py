@@ -214,7 +214,7 @@ def test_the_machine_hedges_after_the_adaptive_delay_and_learns_from_answers():
 
 
 def test_an_answer_told_with_its_status_teaches_as_headers_do():
-    # asyncio's hedged unary attempts tell a response with its status (got_headers): the same sample, the same
+    # asyncio's hedged unary attempts tell a response with its status (`response`): the same sample, the same
     # commit before the end.
     delays = []
     for answer_with_status in (False, True):
@@ -224,7 +224,7 @@ def test_an_answer_told_with_its_status_teaches_as_headers_do():
             m = machine(policy)
             m.start(i * 0.025, b"x")
             if answer_with_status:
-                actions = m.status(0, 0, None, None, i * 0.025 + 0.020, True)
+                actions = m.status(0, 0, None, None, i * 0.025 + 0.020, False, True)
                 assert [a[0] for a in actions if a[0] in (COMMIT, DELIVER)] == [COMMIT, DELIVER]
             else:
                 m.headers(0, i * 0.025 + 0.020)

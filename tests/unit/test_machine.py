@@ -624,13 +624,14 @@ class Calls(RuleBasedStateMachine):
 
     @precondition(lambda self: not self.ended and self.live)
     @rule(data=st.data(), code=CODES, details=DETAILS, trailing=TRAILERS, dt=st.floats(0, 0.3),
-          got_headers=st.booleans())
-    def status(self, data, code, details, trailing, dt, got_headers):
+          headers=st.booleans(), response=st.booleans())
+    def status(self, data, code, details, trailing, dt, headers, response):
         n = data.draw(st.sampled_from(sorted(self.live)))
         self.tick(dt)
         self.live.discard(n)
         self.ending = n  # a status with headers commits to the attempt that is ending
-        self.event(self.machine.status, n, code, details, trailing, self.now, got_headers and code != OK)
+        self.event(self.machine.status, n, code, details, trailing, self.now, headers and code != OK,
+                   response and code == OK)
         self.ending = None
 
     @precondition(lambda self: not self.ended and self.live)

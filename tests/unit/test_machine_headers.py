@@ -125,3 +125,68 @@ def test_an_answer_told_with_an_ok_status_commits_first_only_under_hedging():
     hedged = machine(hedging_policy(delay=0.5))
     hedged.start(0.0, b"x")
     assert names(hedged.status(0, OK, "", None, 0.2, True)) == [("TIMER", INF), ("COMMIT", 0), ("DELIVER", 0)]
+
+
+# -- the end record: what came with an attempt's status ---------------------------------------------------------
+# Call shapes that see an attempt's headers and response only with its end tell them with its status: the machine
+# decides from them whether it answered, as headers() or message() would have.
+
+
+def test_a_failure_whose_headers_carried_metadata_answered_and_ends_the_call():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1, True)) == [("COMMIT", 0), ("DELIVER", 0)]
+    assert m.reason_name == "committed_then_failed" and not m.headers_ahead
+
+
+def test_a_failure_with_empty_headers_is_a_trailers_only_response_and_is_retried():
+    m = machine()
+    m.start(0.0, b"x")
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1, False, False)) == [("TIMER", 0.6)]
+    assert m.state_name == "BACKOFF"
+
+
+def test_an_ok_ends_the_call_whatever_came_with_it():
+    for headers, response in ((False, False), (True, False), (False, True), (True, True)):
+        m = machine()
+        m.start(0.0, b"x")
+        assert names(m.status(0, OK, None, None, 0.1, headers, response)) == [("DELIVER", 0)]
+        assert m.reason_name == "ok"
+
+
+def test_under_hedging_a_response_or_headers_with_the_end_commit_before_it():
+    for headers, response in ((True, False), (False, True)):
+        m = machine(hedging_policy(delay=0.5))
+        m.start(0.0, b"x")
+        assert names(m.status(0, OK, None, None, 0.1, headers, response)) == [
+            ("TIMER", INF), ("COMMIT", 0), ("DELIVER", 0)]
+    m = machine(hedging_policy(delay=0.5))
+    m.start(0.0, b"x")
+    assert names(m.status(0, OK, None, None, 0.1)) == [("TIMER", INF), ("DELIVER", 0)]
+
+
+def test_a_hedge_that_failed_after_headers_with_metadata_is_the_calls_result():
+    m = machine(hedging_policy(delay=0.1))
+    m.start(0.0, b"x")
+    m.timer(0.1)  # the hedge goes out
+    assert names(m.status(1, UNAVAILABLE, "x", None, 0.2, True)) == [
+        ("TIMER", INF), ("COMMIT", 1), ("CANCEL", 0), ("DELIVER", 1)]
+
+
+def test_headers_with_the_end_after_empty_ones_answer_at_the_end_not_at_the_silence():
+    m = machine()
+    m.start(0.0, b"x")
+    m.headers(0, 0.1, True)
+    assert names(m.status(0, UNAVAILABLE, "x", None, 0.1 + 2 * GRACE, True)) == [("COMMIT", 0), ("DELIVER", 0)]
+    assert not m.headers_ahead  # (the silence's verdict would have set it)
+
+
+def test_a_first_message_commits_as_headers_do_but_is_not_headers_sent_ahead():
+    # Both drivers report a message read before the call committed as a message: the same commit as headers with
+    # metadata, but the time between it and the status says nothing of headers sent ahead of the response.
+    for event in ("headers", "message"):
+        m = machine()
+        m.start(0.0, b"x")
+        assert names(getattr(m, event)(0, 0.1)) == [("COMMIT", 0)]
+        assert names(m.status(0, UNAVAILABLE, "x", None, 0.1 + 2 * EARLY_HEADERS)) == [("DELIVER", 0)]
+        assert m.headers_ahead == (event == "headers")
