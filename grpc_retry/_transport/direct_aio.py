@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 from grpc import aio
 from grpc._cython import cygrpc
 
 from grpc_retry._transport.batches import _Batch
-from grpc_retry._transport.ends import Metadata
+from grpc_retry._transport.ends import AioAttemptBase, Metadata
 from grpc_retry._transport.grpc_private import (
     CORE_ERROR,
     EOF,
@@ -97,37 +97,22 @@ class AioResponseStream(AioMethod):
         super().__init__(multicallable, True, True)
 
 
-class AioAttempt:
+class AioAttempt(AioAttemptBase):
     """One attempt. It tells the driver what happens, from the done callbacks of its batches: `on_headers()` when
     the response headers came (headers first only), `on_end(response or EOF)` when it ended; with a request stream,
     `on_sent()` once its metadata went out and `on_written()` once a message written went. With a response stream,
     read() reads its messages; it is then followed by its done callbacks.
     Building its batches may raise (metadata grpcio cannot send): grpc.aio would raise that from the call.
-    It keeps its own status and headers (aio_status(), aio_initial_metadata()), and answers what grpc.aio's channel
-    asks of its calls: done(), cancel(), code(), add_done_callback()."""
+    Its status and headers, its waiters and done callbacks, and what grpc.aio's channel asks of its calls are kept
+    as the portable transport's are (AioAttemptBase)."""
 
-    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
-                 "_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_request_stream",
-                 "_direct", "sent", "on_headers", "on_end", "on_sent", "on_written",
-                 "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
+    __slots__ = ("_ops", "_first", "_last", "_end_waits", "_sending", "_writing", "_closing", "_direct")
     refusal = None  # (refused calls raise as they are made)
 
     def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request: Optional[bytes], metadata: Metadata,
                  flags: int, headers_first: bool, stream: bool = False) -> None:
-        self._call = call
-        self._loop = loop
-        self._status: Any = None
-        self._initial_metadata: Optional[Metadata] = None
-        self._locally_cancelled = False
-        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers, the metadata sent, the end
-        self._callbacks: Optional[List[Callable[[Any], None]]] = None
-        self.on_headers: Optional[Callable[[], None]] = None
-        self.on_end: Optional[Callable[[Any], None]] = None
-        self.on_sent: Optional[Callable[[], None]] = None
-        self.on_written: Optional[Callable[[], None]] = None
+        super().__init__(call, loop, request is None)
         self._end_waits: Optional[bool] = None  # a response stream's end, done before its headers were read
-        self._request_stream = request is None
-        self.sent = False  # a request stream's metadata went out
         self._sending: Optional[_Batch] = None  # a request stream's metadata, going out
         self._writing: Optional[_Batch] = None  # ... a message of it
         self._closing: Optional[_Batch] = None  # ... its half-close (right behind its last message, maybe)
@@ -172,10 +157,7 @@ class AioAttempt:
         if sending is None:
             return  # cancelled meanwhile: it ended then
         if sending.finish() and self._status is None:  # else it failed: the end says how
-            self.sent = True
-            self._wake()
-            if self.on_sent is not None:
-                self.on_sent()
+            self._tell_sent()
 
     def write(self, data: bytes) -> None:
         """Send a message of the request stream: `on_written()` once it went (one that fails is not told: the
@@ -257,15 +239,7 @@ class AioAttempt:
         # Ended, it needs its C-core call no more: an ended call the application keeps must not keep the grpc.aio
         # channel open in C-core after its close (its subchannel's state watch ends only then).
         self._call = None
-        on_end = self.on_end
-        # They hold the attempt: no cycle outlives it (nor its C-core call).
-        self.on_headers = self.on_end = self.on_sent = self.on_written = None
-        if on_end is not None:
-            on_end(response)
-        callbacks, self._callbacks = self._callbacks, None
-        if callbacks:
-            for callback in callbacks:
-                callback(self)
+        self._tell_end(response)
 
     def _abandon(self) -> None:
         """Stop waiting for the batches of a cancelled call."""
@@ -273,44 +247,6 @@ class AioAttempt:
             if batch is not None:
                 batch.abandon()
         self._first = self._sending = self._writing = self._closing = None
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, None
-        if waiters:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    def _set_headers(self, metadata: Metadata) -> None:
-        if self._initial_metadata is None:
-            self._initial_metadata = metadata
-            self._wake()
-
-    def _set_status(self, status: Any) -> None:
-        self._status = status
-        self._set_headers(())
-        self._wake()
-
-    async def _woken(self) -> None:
-        waiter = self._loop.create_future()
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(waiter)
-        await waiter
-
-    async def initial_metadata(self) -> Metadata:
-        while self._initial_metadata is None:
-            await self._woken()
-        return self._initial_metadata
-
-    async def wait_for_connection(self) -> None:
-        """As grpc.aio's: a request stream's until its metadata went out, a unary request's (as its unary-stream
-        call) until its headers came; or until it ended."""
-        if self._request_stream:
-            while not self.sent and self._status is None:
-                await self._woken()
-        else:
-            await self.initial_metadata()
 
     def read(self) -> Optional[Awaitable[Any]]:
         """A response stream's next message: grpcio's own read, to await (it gives EOF once the stream ended), or
@@ -320,38 +256,12 @@ class AioAttempt:
             return None
         return self._call.receive_serialized_message()  # type: ignore[no-any-return]
 
-    async def code(self) -> Any:
-        if self._ops:  # not ended: its end sets the status, then calls back
-            ended: asyncio.Future[None] = self._loop.create_future()
-            self.add_done_callback(lambda _: None if ended.done() else ended.set_result(None))
-            await ended
-        return STATUS_CODES[self._status.code()]
-
-    def done(self) -> bool:
-        return self._status is not None
-
-    def is_locally_cancelled(self) -> bool:
-        return self._locally_cancelled
-
-    def cancel(self) -> bool:
-        """Cancel the attempt: it ends now (`on_end(EOF)` and the done callbacks run before this returns)."""
-        if self._status is not None:
-            return False
-        self._locally_cancelled = True
+    def _cancelled(self) -> None:
         self._call.cancel(LOCALLY_CANCELLED)
         self._set_status(AioRpcStatus(1, LOCALLY_CANCELLED, None, None))
         if self._ops:
             self._abandon()
             self._end(False)
-        return True
-
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None:  # grpc.aio's channel, tracking it
-        if not self._ops:
-            callback(self)
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(callback)
 
 
 # grpc.aio's interceptor calls (their cancel, done callbacks and response wrapping are what users of interceptors

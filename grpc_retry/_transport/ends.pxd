@@ -20,6 +20,20 @@ cdef class SyncAttempt:
     cdef public AttemptState _state
 
 
+# Either transport's asyncio attempt. The direct one's (a cdef subclass) reads and sets these as C struct fields
+# and calls these methods in C; the portable one's (a Python subclass) calls them by name: cpdef, not cdef.
+cdef class AioAttemptBase:
+    cdef object __weakref__  # grpc.aio's channel tracks its calls in a WeakSet
+    cdef public object _call, _loop, _status, _initial_metadata, _locally_cancelled, _request_stream, _waiters
+    cdef public object _callbacks, sent, on_headers, on_end, on_sent, on_written
+    cpdef _wake(self)
+    cpdef _set_headers(self, metadata)
+    cpdef _set_status(self, status)
+    cpdef _tell_sent(self)
+    cpdef _tell_end(self, response)
+    cpdef _cancelled(self)
+
+
 cdef class EndWaiter
 
 cdef class _Dispatch:

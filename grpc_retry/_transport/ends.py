@@ -1,6 +1,7 @@
 """What either transport's attempts leave when they end, read the same way by the drivers: a sync attempt's state
-(named as grpcio's call state names it), an asyncio attempt's status and headers, and what a task awaiting an
-asyncio call's end waits on (`EndWaiter`). Nothing here touches grpcio's private names (grpc_private.py)."""
+(named as grpcio's call state names it), an asyncio attempt's status and headers (kept by `AioAttemptBase`, what
+both transports' asyncio attempts share), and what a task awaiting an asyncio call's end waits on (`EndWaiter`).
+Nothing here touches grpcio's private names (grpc_private.py)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,123 @@ def decode(value: Any) -> Optional[str]:
 
 
 # -- asyncio attempts -------------------------------------------------------------------------------------------
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class AioAttemptBase:
+    """What either transport's asyncio attempt keeps and answers alike (each is a subclass): its status and headers
+    as its call tells them (the accessors below read them), the tasks awaiting them, its done callbacks, and what
+    grpc.aio's channel asks of its calls. How a call tells them, and how it is cancelled (`_cancelled()`), is each
+    transport's own."""
+
+    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_request_stream", "_waiters",
+                 "_callbacks", "sent", "on_headers", "on_end", "on_sent", "on_written",
+                 "__weakref__")  # grpc.aio's channel tracks its calls in a WeakSet
+
+    def __init__(self, call: Any, loop: asyncio.AbstractEventLoop, request_stream: bool) -> None:
+        self._call = call
+        self._loop = loop
+        self._status: Any = None  # code() (C-core's number), details(), trailing_metadata(), debug_error_string()
+        self._initial_metadata: Optional[Metadata] = None
+        self._locally_cancelled = False
+        self._request_stream = request_stream
+        self._waiters: Optional[List[asyncio.Future[None]]] = None  # awaiting the headers, the metadata sent, the end
+        self._callbacks: Optional[List[Callable[[Any], None]]] = None
+        self.sent = False  # a request stream's metadata went out
+        self.on_headers: Optional[Callable[[], None]] = None
+        self.on_end: Optional[Callable[[Any], None]] = None
+        self.on_sent: Optional[Callable[[], None]] = None
+        self.on_written: Optional[Callable[[], None]] = None
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _set_headers(self, metadata: Metadata) -> None:
+        if self._initial_metadata is None:
+            self._initial_metadata = metadata
+            self._wake()
+
+    def _set_status(self, status: Any) -> None:
+        self._status = status
+        self._set_headers(())
+        self._wake()
+
+    def _tell_sent(self) -> None:
+        """A request stream's metadata went out: tell the driver `on_sent()`."""
+        self.sent = True
+        self._wake()
+        if self.on_sent is not None:
+            self.on_sent()
+
+    def _tell_end(self, response: Any) -> None:
+        """Tell the driver `on_end(response)`, then the done callbacks: its status is set."""
+        on_end = self.on_end
+        # They hold the attempt: no cycle outlives it (nor its grpcio call).
+        self.on_headers = self.on_end = self.on_sent = self.on_written = None
+        if on_end is not None:
+            on_end(response)
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for callback in callbacks:
+                callback(self)
+
+    def _cancelled(self) -> None:
+        """Cancel its grpcio call, set its status and end (`_tell_end(EOF)`): the transport's own."""
+        raise NotImplementedError
+
+    async def _woken(self) -> None:
+        waiter = self._loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        await waiter
+
+    async def initial_metadata(self) -> Metadata:
+        while self._initial_metadata is None:
+            await self._woken()
+        return self._initial_metadata
+
+    async def wait_for_connection(self) -> None:
+        """As grpc.aio's: a request stream's until its metadata went out, a unary request's (as its unary-stream
+        call) until its headers came; or until it ended."""
+        if self._request_stream:
+            while not self.sent and self._status is None:
+                await self._woken()
+        else:
+            await self.initial_metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        while self._status is None:
+            await self._woken()
+        return _CODES[self._status.code()]
+
+    def done(self) -> bool:
+        return self._status is not None
+
+    def is_locally_cancelled(self) -> bool:
+        return self._locally_cancelled
+
+    def cancel(self) -> bool:
+        """Cancel the attempt: it ends now (`on_end(EOF)` and the done callbacks run before this returns)."""
+        if self._status is not None:
+            return False
+        self._locally_cancelled = True
+        self._cancelled()
+        return True
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:  # grpc.aio's channel, tracking it
+        if self._status is not None:
+            callback(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
 
 def aio_status(attempt: Any) -> Optional[Any]:
     """An ended attempt's status (code(), details(), trailing_metadata(), debug_error_string()), or None."""

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Any, Awaitable, Callable, Deque, List, Optional, Tuple, Type
+from typing import Any, Awaitable, Deque, Optional, Tuple, Type
 
 import grpc
 from grpc.aio import AioRpcError
 
 from grpc_retry._driver import INTERNAL_DETAILS
 from grpc_retry._transport import direct_aio
+from grpc_retry._transport.ends import AioAttemptBase
 
 EOF = grpc.aio.EOF
 _RESPONSE_STREAMS = ("unary_stream", "stream_stream")
@@ -92,36 +93,23 @@ class _Status:
         return self._debug
 
 
-class AioAttempt:
+class AioAttempt(AioAttemptBase):
     """One attempt: a grpc.aio call, and the task that follows it. It tells the driver `on_sent()` once a request
     stream's metadata went out, `on_headers()` when the response headers came (a unary response shown headers
     first), `on_written()` once a message written went, `on_end(response or EOF)` when it ended, then its done
-    callbacks. A response stream's messages are read by the driver (read())."""
+    callbacks. A response stream's messages are read by the driver (read()). Its status and headers, its waiters
+    and done callbacks are kept as the direct transport's are (AioAttemptBase)."""
 
-    __slots__ = ("_call", "_loop", "_status", "_initial_metadata", "_locally_cancelled", "_waiters", "_callbacks",
-                 "_headers_first", "_stream", "_request_stream", "_task", "_outbox", "_sender", "_first", "_told",
-                 "sent", "refusal", "on_headers", "on_end", "on_sent", "on_written", "__weakref__")
+    __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_first", "_told", "refusal")
 
     def __init__(self, call: Any, headers_first: bool, stream: bool, request_stream: bool) -> None:
-        self._call = call
-        self._loop = asyncio.get_running_loop()
-        self._status: Optional[_Status] = None
-        self._initial_metadata: Optional[Tuple[Any, ...]] = None
-        self._locally_cancelled = False
-        self._waiters: Optional[List[asyncio.Future[None]]] = None
-        self._callbacks: Optional[List[Callable[[Any], None]]] = None
+        super().__init__(call, asyncio.get_running_loop(), request_stream)
         self._headers_first = headers_first
         self._stream = stream
-        self._request_stream = request_stream
         self._outbox: Deque[Any] = collections.deque()  # a request stream's messages and half-close, to send
         self._sender: Optional[asyncio.Task[None]] = None
         self._told: Optional[_Status] = None  # the status grpc.aio told first (see _ended)
-        self.sent = False
         self.refusal: Optional[BaseException] = None  # what grpc.aio raised instead of making the call
-        self.on_headers: Optional[Callable[[], None]] = None
-        self.on_end: Optional[Callable[[Any], None]] = None
-        self.on_sent: Optional[Callable[[], None]] = None
-        self.on_written: Optional[Callable[[], None]] = None
         # A stream-stream call's first read, started now: the only wait on which grpc.aio raises its refusal of
         # such a call. The driver's first read() awaits it.
         self._first: Optional[asyncio.Task[Any]] = None
@@ -236,10 +224,7 @@ class AioAttempt:
         except AioRpcError:
             return  # it ended first: its end says how
         if self._status is None and not call.done():
-            self.sent = True
-            self._wake()
-            if self.on_sent is not None:
-                self.on_sent()
+            self._tell_sent()
 
     def write(self, data: bytes) -> None:
         """Send a message of the request stream: `on_written()` once it went. One at a time."""
@@ -291,54 +276,9 @@ class AioAttempt:
         self._task = self._first = None
         self._end(EOF)
 
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, None
-        if waiters:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    def _set_headers(self, metadata: Tuple[Any, ...]) -> None:
-        if self._initial_metadata is None:
-            self._initial_metadata = metadata
-            self._wake()
-
-    def _set_status(self, status: _Status) -> None:
-        self._status = status
-        self._set_headers(())
-        self._wake()
-
     def _end(self, response: Any) -> None:
-        on_end = self.on_end
-        self.on_headers = self.on_end = self.on_sent = self.on_written = None  # they hold the attempt
         self._outbox.clear()
-        if on_end is not None:
-            on_end(response)
-        callbacks, self._callbacks = self._callbacks, None
-        if callbacks:
-            for callback in callbacks:
-                callback(self)
-
-    async def _woken(self) -> None:
-        waiter = self._loop.create_future()
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(waiter)
-        await waiter
-
-    async def initial_metadata(self) -> Tuple[Any, ...]:
-        while self._initial_metadata is None:
-            await self._woken()
-        return self._initial_metadata
-
-    async def wait_for_connection(self) -> None:
-        """A request stream's until its metadata went out, a unary request's until its headers came; or until it
-        ended."""
-        if self._request_stream:
-            while not self.sent and self._status is None:
-                await self._woken()
-        else:
-            await self.initial_metadata()
+        self._tell_end(response)
 
     def read(self) -> Optional[Awaitable[Any]]:
         """A response stream's next message, to await (EOF once the stream ended), or None once the attempt has
@@ -363,22 +303,7 @@ class AioAttempt:
                 return EOF
             raise
 
-    async def code(self) -> grpc.StatusCode:
-        while self._status is None:
-            await self._woken()
-        return _CODES[self._status.code()]
-
-    def done(self) -> bool:
-        return self._status is not None
-
-    def is_locally_cancelled(self) -> bool:
-        return self._locally_cancelled
-
-    def cancel(self) -> bool:
-        """Cancel the attempt: it ends now (`on_end(EOF)` and the done callbacks run before this returns)."""
-        if self._status is not None:
-            return False
-        self._locally_cancelled = True
+    def _cancelled(self) -> None:
         self._call.cancel()
         self._set_status(_Status(1, _LOCALLY_CANCELLED, (), None))
         for task in (self._task, self._sender, self._first):
@@ -386,15 +311,6 @@ class AioAttempt:
                 task.cancel()
         self._task = self._sender = self._first = None
         self._end(EOF)
-        return True
-
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
-        if self._status is not None:
-            callback(self)
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(callback)
 
 
 async def _code_of(call: Any) -> grpc.StatusCode:
