@@ -890,6 +890,38 @@ def test_a_cluster_and_a_routes_policy_changed_again_and_again_leave_the_channel
     assert open_grpcio_channels() <= opened
 
 
+def test_clusters_the_routes_no_longer_name_close_and_leave_the_channel_its_size(
+        client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
+    """The route names another cluster 30 times, a call after each change: the channel holds the one cluster its
+    routes name, each one before it closes once its last call has ended (a call in flight on the first all
+    along ends OK), and no more grpcio channels stay open than at the start."""
+    serve(plane, {"c0": backends[:1]})
+    channel = client.channel("xds:///svc")
+    unary = channel.multicallable("unary", UNARY)
+    assert channel.invoke("unary", unary, b"x", timeout=10).code == grpc.StatusCode.OK
+    router = channel.raw._router
+    (first,) = router.subchannels()
+    release = threading.Event()
+    backends[0].script(UNARY, Step(gate=release))
+    held = channel.start("unary", unary, b"held", timeout=30)
+    backends[0].wait_attempts(UNARY, 2)
+    try:
+        opened = open_grpcio_channels()
+        for i in range(1, 31):
+            serve(plane, {f"c{i}": backends[:1]})
+            assert settle(lambda i=i: list(router._clusters) == [f"c{i}"]), (i, list(router._clusters))
+            assert channel.invoke("unary", unary, b"x", timeout=10).code == grpc.StatusCode.OK
+        assert not held.done()
+        assert [len(table) for table in (router._clusters, unary._methods)] == [1, 1]
+        assert settle(lambda: [entry.subchannels for entry in router._retired] == [first])  # (the others: closed)
+        assert open_grpcio_channels() <= opened + 1  # (the cluster of today and the one of the call in flight)
+    finally:
+        release.set()
+    assert held.result(10).code == grpc.StatusCode.OK
+    assert settle(lambda: first.closed and router._retired == [])
+    assert open_grpcio_channels() <= opened
+
+
 def test_a_call_routed_to_a_cluster_as_it_is_retired_goes_to_its_successor(plane: ControlPlane,
                                                                            backends: List[Backend]) -> None:
     """(Sync: the config is applied on the xDS client's thread while calls route on theirs.) A call routed to a

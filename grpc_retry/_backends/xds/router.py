@@ -206,10 +206,17 @@ class XdsRouter:
                 self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
                 entry.subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
+        named = config.virtual_host.cluster_names()
         for name, entry in list(self._clusters.items()):
-            if name not in config.clusters:  # no route sends calls there: its attempts in flight end, then it closes
+            if name in config.clusters:
+                continue
+            if name in named:  # a route's cluster that does not exist (deleted): its calls fail, it has no endpoints
                 entry.priorities, entry.empty = [], ""
                 self._fail_over(name, entry)
+            else:  # no route names it any more: its calls in flight end, then it closes
+                del self._clusters[name]
+                entry.priorities = None
+                self._retire(entry)
         self._replacements.keep(config.clusters)
         self._tell(config, None)
         # Only the policies of its routes stay mapped; the new generation tells each method to drop what it made
