@@ -1,7 +1,7 @@
 """The differential drop-in suite: each scenario runs once through grpcio's own channel and once through each
-grpc_retry channel (no policy, a retry policy that never triggers, and a hedging policy whose hedges never go:
-the attempt shapes hedged calls use), each against a fresh real server scripted the same way, and the
-observations must be equal."""
+grpc_retry channel (no policy, a retry policy that never triggers, a hedging policy whose hedges never go: the
+attempt shapes hedged calls use, and a hedging policy whose hedges go out on every call and lose), each against
+a fresh real server scripted the same way, and the observations must be equal."""
 
 from __future__ import annotations
 
@@ -23,11 +23,17 @@ IDLE_RETRY = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test
 # hedged calls use (a unary call's attempt shows its headers before its response).
 IDLE_HEDGING = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test.Echo"}], "hedgingPolicy": {
     "maxAttempts": 2, "hedgingDelay": "300s", "nonFatalStatusCodes": ["DATA_LOSS"]}}]})
+# A hedging policy whose hedge goes out on every call: its server (support.dropin) holds each first attempt until
+# the hedge has arrived, and holds the hedge until it is cancelled, so the first attempt answers the call, and the
+# application must see what it sees without hedging.
+HEDGES = json.dumps({"methodConfig": [{"name": [{"service": "grpc_retry.test.Echo"}], "hedgingPolicy": {
+    "maxAttempts": 2, "hedgingDelay": "0.02s", "nonFatalStatusCodes": ["DATA_LOSS"]}}]})
 
 
 def _with_policy(make: Callable[..., Any], config: str = IDLE_RETRY) -> Callable[..., Any]:
     def channel(target: str, options: Any = None, **kwargs: Any) -> Any:
         return make(target, options=list(options or ()) + [("grpc.service_config", config)], **kwargs)
+    channel.hedges = config is HEDGES  # type: ignore[attr-defined]  # (side_by_side: a server whose hedges lose)
     return channel
 
 
@@ -35,11 +41,13 @@ SYNC: Dict[str, Callable[..., Any]] = {
     "grpc_retry": grpc_retry.insecure_channel,
     "grpc_retry+retry": _with_policy(grpc_retry.insecure_channel),
     "grpc_retry+hedging": _with_policy(grpc_retry.insecure_channel, IDLE_HEDGING),
+    "grpc_retry+hedges": _with_policy(grpc_retry.insecure_channel, HEDGES),
 }
 AIO: Dict[str, Callable[..., Any]] = {
     "grpc_retry.aio": grpc_retry.aio.insecure_channel,
     "grpc_retry.aio+retry": _with_policy(grpc_retry.aio.insecure_channel),
     "grpc_retry.aio+hedging": _with_policy(grpc_retry.aio.insecure_channel, IDLE_HEDGING),
+    "grpc_retry.aio+hedges": _with_policy(grpc_retry.aio.insecure_channel, HEDGES),
 }
 
 
@@ -56,3 +64,9 @@ def aio_channel(request):
 @pytest.fixture
 def same_as_grpcio():
     return lambda scenario, ours: side_by_side(scenario, ours, grpc.insecure_channel)
+
+
+@pytest.fixture
+def hedged_sync_channel():
+    """The sync channel whose policy hedges every call (HEDGES)."""
+    return SYNC["grpc_retry+hedges"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Step, fail
+from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail
 from support.deploy import free_port
 from support.dropin import error_logs
 
@@ -182,6 +182,29 @@ def _metadata_and_compression(make, backend) -> Any:
                                       metadata_and_compression], ids=lambda f: f.__name__)
 def test_same_as_grpcio(same_as_grpcio, sync_channel, scenario):
     same_as_grpcio(scenario, sync_channel)
+
+
+def test_the_hedging_policy_hedges_every_call(hedged_sync_channel):
+    """The `+hedges` channel's calls above really hedge: each call, of every shape of the sync API, sends its hedge
+    (which loses, on a server whose hedges lose: support/dropin.py), as the server and the channel's statistics
+    count them."""
+    backend = Backend(hedges_lose=True)
+    try:
+        with hedged_sync_channel(backend.target) as channel:
+            unary = channel.unary_unary(UNARY)
+            assert unary(b"a", timeout=10) == b"a"
+            assert unary.with_call(b"b", timeout=10)[0] == b"b"
+            assert unary.future(b"c", timeout=10).result() == b"c"
+            assert list(channel.unary_stream(SERVER_STREAM)(b"d", timeout=10)) == [b"d#0", b"d#1", b"d#2"]
+            assert channel.stream_unary(CLIENT_STREAM)(iter([b"e"]), timeout=10) == b"e"
+            assert list(channel.stream_stream(BIDI)(iter([b"f"]), timeout=10)) == [b"f"]
+            stats = channel.retry_stats()
+            backend.wait_for(lambda: all(a.ended is not None for a in backend.attempts), what="the attempts' ends")
+    finally:
+        backend.stop()
+    assert (backend.hedges, backend.unhedged) == (6, 0)
+    assert [stats[method].hedges for method in (UNARY, SERVER_STREAM, CLIENT_STREAM, BIDI)] == [3, 1, 1, 1]
+    assert [a.cancelled for a in backend.attempts if a.previous is not None] == [True] * 6  # each lost
 
 
 # -- channels ------------------------------------------------------------------------------------------------------

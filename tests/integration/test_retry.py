@@ -27,6 +27,17 @@ def _call(ch, kind, method, payload, **kw):
     return getattr(ch, kind)(method, payload, **kw)
 
 
+def until(condition, timeout=10.0):
+    """Whether `condition()` came to hold within `timeout` seconds (for a state of the client that no event
+    tells: looked at every 10 ms)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.mark.parametrize("kind,method,payload,expected", CALLS, ids=IDS)
 def test_retries_until_success_on_every_cardinality(client, backend, kind, method, payload, expected):
     backend.script(method, fail(), fail())
@@ -253,7 +264,7 @@ def test_cancel_during_backoff(client, backend):
     ch.state.rng = lambda: 1.0
     handle = ch.start_call("unary", UNARY, b"x", timeout=60)
     backend.wait_ended(UNARY, 1)
-    time.sleep(0.1)  # let the client see the failure and enter backoff (no event is exposed for it)
+    assert until(lambda: handle.call._machine.state_name == "BACKOFF")  # the client saw the failure
     assert handle.cancel()
     out = handle.result(10)
     assert out.code == grpc.StatusCode.CANCELLED

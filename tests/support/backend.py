@@ -86,8 +86,25 @@ class Attempt:
         return self.metadata.get("grpc-previous-rpc-attempts")
 
 
+# How long a first attempt of a `hedges_lose` backend waits for its hedge before it goes on without one.
+HEDGE_WAIT = 3.0
+
+
 class Backend:
-    def __init__(self, workers: int = 32, port: int = 0, health: bool = False):
+    """`hedges_lose`: a server that answers slowly enough that every call is hedged, and whose hedges never win
+    (for a hedging policy whose calls must answer as unhedged ones do: the drop-in suite). A first attempt waits
+    for a hedge that no other first attempt took, of its method and, with a unary request, of its request (calls
+    that overlap must not take each other's), or for its own end (at most HEDGE_WAIT, counted in `unhedged`); then
+    it does its step. A hedge (an attempt with grpc-previous-rpc-attempts) takes no step and is held until the
+    client cancels it. (A hedge may reach its handler before its first attempt does.) `hedges` counts the hedges
+    seen."""
+
+    def __init__(self, workers: int = 32, port: int = 0, health: bool = False, hedges_lose: bool = False):
+        self.hedges_lose = hedges_lose
+        self.hedges = 0
+        self.unhedged = 0
+        # hedges no first attempt took, per (method, request: None for request streams)
+        self._untaken: Dict[Tuple[str, Optional[bytes]], int] = collections.defaultdict(int)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on every attempt start / request / end
         self._scripts: Dict[str, Deque[Step]] = collections.defaultdict(collections.deque)
@@ -183,25 +200,56 @@ class Backend:
             attempt.done.set()
             self._changed.notify_all()
 
-    def _begin(self, method: str, context) -> Tuple[Attempt, Step]:
+    def _begin(self, method: str, context, request: Optional[bytes] = None) -> Tuple[Attempt, Optional[Step]]:
+        """The attempt, and its step (None: a hedge of a `hedges_lose` backend, held until it ended). `request`:
+        a unary request's."""
         attempt = Attempt(method, {k: v for k, v in context.invocation_metadata()}, arrived=time.monotonic())
         with self._lock:
             self.attempts.append(attempt)
-            index = self._counts[method]
-            self._counts[method] += 1
-            script = self._scripts[method]
-            if script:
-                step = script.popleft()
-            elif method in self._fallbacks:
-                step = self._fallbacks[method](index)
+            if self.hedges_lose and attempt.previous is not None:
+                self.hedges += 1
+                self._untaken[method, request] += 1
+                self._changed.notify_all()
+                step = None
             else:
-                step = Step()
-            self._changed.notify_all()
+                step = self._next_step(method)
         if not context.add_callback(lambda: self._on_done(attempt, context)):
             self._on_done(attempt, context)  # already over
+        if step is None:
+            self._hold(attempt, 0)
+            return attempt, None
+        if self.hedges_lose:
+            self._wait_for_hedge(attempt, (method, request))
         if step.wait is not None:
             self._hold(attempt, step.wait)
         return attempt, step
+
+    def _wait_for_hedge(self, attempt: Attempt, key: Tuple[str, Optional[bytes]]) -> None:
+        deadline = time.monotonic() + HEDGE_WAIT
+        with self._changed:
+            while not self._untaken[key]:
+                if attempt.done.is_set() or self.release.is_set():
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.unhedged += 1
+                    return
+                self._changed.wait(left)
+            self._untaken[key] -= 1
+
+    def _next_step(self, method: str) -> Step:
+        """(Under the lock.) The step of `method`'s next attempt."""
+        index = self._counts[method]
+        self._counts[method] += 1
+        script = self._scripts[method]
+        if script:
+            step = script.popleft()
+        elif method in self._fallbacks:
+            step = self._fallbacks[method](index)
+        else:
+            step = Step()
+        self._changed.notify_all()
+        return step
 
     def _hold(self, attempt: Attempt, seconds: float) -> None:
         """Wait `seconds` (0: forever), or until released, or until the attempt has ended."""
@@ -249,7 +297,9 @@ class Backend:
     # -- handlers (raw bytes) ---------------------------------------------------------------------------
 
     def _unary(self, request: bytes, context):
-        attempt, step = self._begin(UNARY, context)
+        attempt, step = self._begin(UNARY, context, request)
+        if step is None:
+            return b""
         self._record(attempt, request)
         self._gate(step)
         self._headers(context, step)
@@ -257,7 +307,9 @@ class Backend:
         return step.respond([request], 0) if step.respond else request
 
     def _server_stream(self, request: bytes, context):
-        attempt, step = self._begin(SERVER_STREAM, context)
+        attempt, step = self._begin(SERVER_STREAM, context, request)
+        if step is None:
+            return
         self._record(attempt, request)
         self._gate(step)
         self._headers(context, step)
@@ -271,6 +323,8 @@ class Backend:
 
     def _client_stream(self, request_iterator, context):
         attempt, step = self._begin(CLIENT_STREAM, context)
+        if step is None:
+            return b""
         self._read(attempt, request_iterator, step)
         self._gate(step)
         self._headers(context, step)
@@ -279,6 +333,8 @@ class Backend:
 
     def _bidi(self, request_iterator, context):
         attempt, step = self._begin(BIDI, context)
+        if step is None:
+            return
         self._headers(context, step)
         if step.code != grpc.StatusCode.OK and not step.responses:
             self._read(attempt, request_iterator, step, default_all=step.read_all)

@@ -27,12 +27,13 @@ def test_timers_fire_in_time_order_and_disarmed_ones_never():
     async def main():
         timers = _timers.CallTimers()
         log = []
+        last = asyncio.Event()
         now = time.monotonic()
-        entries = {name: timers.arm(now + delay, Call(log, name))
+        entries = {name: timers.arm(now + delay, Call(log, name, last.set if name == "c" else None))
                    for name, delay in (("c", 0.06), ("a", 0.02), ("off", 0.01), ("b", 0.04))}
         timers.disarm(entries["off"])
         timers.disarm(entries["off"])  # twice: nothing more
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(last.wait(), 10)  # the last one's time is past every other's
         assert [name for name, _ in log] == ["a", "b", "c"]
         for (_, fired), delay in zip(log, (0.02, 0.04, 0.06), strict=True):
             assert fired >= now + delay
@@ -49,15 +50,18 @@ def test_an_earlier_timer_moves_the_loops_timer_and_a_timer_armed_as_one_fires_w
         seen = []  # the turns that had passed when "again" fired
         now = time.monotonic()
 
+        again = asyncio.Event()
+
         def rearm():  # armed for a time already past: runs on a later loop turn, not inside this one's firing
-            timers.arm(time.monotonic() - 1, Call(log, "again", lambda: seen.extend(turns)))
+            timers.arm(time.monotonic() - 1, Call(log, "again", lambda: (seen.extend(turns), again.set())))
             asyncio.get_running_loop().call_soon(turns.append, "turn")
 
-        timers.arm(now + 0.5, Call(log, "late"))
+        late = timers.arm(now + 0.5, Call(log, "late"))
         timers.arm(now + 0.01, Call(log, "early", rearm))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(again.wait(), 10)
         assert [name for name, _ in log] == ["early", "again"]
         assert seen == ["turn"]
+        timers.disarm(late)
     run(main())
 
 
@@ -84,7 +88,9 @@ def test_close_drops_every_timer_and_the_loops():
         assert any(not h.cancelled() for h in loop._scheduled)
         timers.close()
         assert timers._heap == [] and all(h.cancelled() for h in loop._scheduled)
-        await asyncio.sleep(0.03)
+        past = asyncio.Event()
+        loop.call_at(loop.time() + 0.02, past.set)  # the loop's timers run in time order: "a"'s time is past then
+        await asyncio.wait_for(past.wait(), 10)
         assert log == []
     run(main())
 
