@@ -347,9 +347,9 @@ class _Call(CallDriver):
         finally:
             if self._watchers is not None and self._watchers.get(n) is asyncio.current_task():
                 del self._watchers[n]
-        # Its first answer was this watcher's to tell: headers seen only once it had ended count as a
-        # Trailers-Only response's.
-        self._ended(n, attempt, False, False)
+        # Headers with metadata that came with its end, before this watcher saw them, were real ones (a
+        # Trailers-Only response's are empty): they commit the call.
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), False)
 
     def _headers_came(self, n: int, attempt: AioAttempt) -> None:
         """A watched unary attempt's headers came (`_first_answer`, for the headers-first shape)."""

@@ -415,12 +415,11 @@ class _NonBlocking(_Attempts):
             response = internals.sync_response(call)
         self._last = call, response
         self._changed.notify_all()
-        # Its headers and response as its end leaves them; a hedge's first answer was its watcher's to tell:
-        # headers seen only once it had ended count as a Trailers-Only response's.
-        headers = bool(initial) and (watched_unary or not self._hedged)
+        # Its headers and response as its end leaves them (a Trailers-Only response's headers are empty: headers
+        # with metadata were real ones, which commit the call, whether its watcher saw them before its end or not).
         # (0 for OK without StatusCode.value: an enum's property, interpreted Python even where the caller is compiled)
-        return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(), headers,
-                                    watched_unary and internals.sync_response(call) is not None)
+        return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(),
+                                    bool(initial), watched_unary and internals.sync_response(call) is not None)
 
     def _headers_came(self, n: int, attempt: Any) -> None:
         """A watched unary attempt's headers came (grpcio's spin thread)."""

@@ -140,10 +140,6 @@ def unwatched(monkeypatch):
 def test_a_first_attempt_as_one_batch_decides_as_its_headers_would(client, backends, unwatched, step, code,
                                                                      seen_after, previous):
     """(Where attempts show their headers first, the portable transport's sync API, the same holds of them.)"""
-    if step.headers and not _one_batch(client.api):
-        pytest.skip("portable transport, sync API: a hedged unary attempt's headers that come with its non-fatal "
-                    "status do not commit the call (its watcher finds the attempt ended, and a hedged call's end "
-                    "counts no headers: sync/_nonblocking.py _first_answer, _status), so the next hedge goes")
     backends[0].script(UNARY, step)
     ch = client.channel(target(backends), hedging_options(delay="5s"))
     started = time.monotonic()
