@@ -6,6 +6,16 @@ call of each shape divided by a grpc.aio unary call's, in alternating rounds.
 - "two_batches": the attempt grpc_retry's asyncio channel hedges unary calls in (`AioMethod`, headers first), two
   batches on grpc.aio's Cython call, in flight together: the request with the headers, and the response with the status.
 
+And on sync grpcio (`sync_over_blocking`: CPU per call over a blocking unary call's, a thread per call in flight),
+the public shapes a sync unary attempt can take that another thread can cancel, or that show headers first:
+
+- "future": `future().result()`, one batch; grpcio's channel starts its spin thread with a call that overlaps no
+  other of the channel's and ends it with that call;
+- "unary_stream": a unary-stream call, headers read before the message, on the caller's thread;
+- "single_threaded": the same on a channel with `grpc.experimental.ChannelOptions.SingleThreadedUnaryStream`, its
+  events taken by the caller's thread (no spin thread). Cancelled from another thread, such a call keeps batches
+  that no public method drains: `leak_kib_per_cancelled` is the memory it holds per call cancelled that way.
+
 Prints one JSON object as its last line. Usage: python bench/headers_shape.py [--calls N] [--rounds R]
 """
 
@@ -15,10 +25,12 @@ import argparse
 import asyncio
 import json
 import statistics
+import threading
 import time
 
 import grpc
-from overhead import PAYLOAD, SERVICE, start_server
+import grpc.experimental
+from overhead import PAYLOAD, SERVICE, _alternate, _sync_runner, start_server
 
 
 async def _measure(target: str, calls: int, rounds: int) -> dict:
@@ -63,6 +75,65 @@ async def _measure(target: str, calls: int, rounds: int) -> dict:
     return result
 
 
+def _sync_measure(target: str, calls: int, rounds: int) -> dict:
+    channel = grpc.insecure_channel(target)
+    single = grpc.insecure_channel(target, options=[(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
+    unary, stream = channel.unary_unary(f"/{SERVICE}/Unary"), channel.unary_stream(f"/{SERVICE}/One")
+    single_stream = single.unary_stream(f"/{SERVICE}/One")
+
+    def future(request):
+        return unary.future(request).result()
+
+    def read_stream(make):
+        def one(request):
+            call = make(request)
+            call.initial_metadata()
+            for _ in call:
+                pass
+        return one
+
+    shapes = {"blocking": unary, "future": future, "unary_stream": read_stream(stream),
+              "single_threaded": read_stream(single_stream)}
+    result: dict = {}
+    for inflight in (1, 16, 128):
+        samples = _alternate({name: _sync_runner(shape, calls, inflight) for name, shape in shapes.items()},
+                             calls, rounds)
+        for name in ("future", "unary_stream", "single_threaded"):
+            result.setdefault(name, {})[str(inflight)] = round(statistics.median(
+                s / b for s, b in zip(samples[name], samples["blocking"], strict=True)), 3)
+    result["leak_kib_per_cancelled"] = round(_cancelled_leak(single, stream_name=f"/{SERVICE}/Slow"), 1)
+    channel.close()
+    single.close()
+    return result
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4
+
+
+def _cancelled_leak(single, stream_name: str, count: int = 200) -> float:
+    """Memory held per single-threaded call cancelled from another thread while its caller reads it."""
+    slow = single.unary_stream(stream_name)
+
+    def one():
+        call = slow(PAYLOAD)
+        cancel = threading.Timer(0.002, call.cancel)
+        cancel.start()
+        try:
+            for _ in call:
+                pass
+        except grpc.RpcError:
+            pass
+        cancel.join()
+
+    one()
+    before = _rss_kib()
+    for _ in range(count):
+        one()
+    return (_rss_kib() - before) / count
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=512)
@@ -72,9 +143,10 @@ def main(argv=None) -> dict:
     target = f"127.0.0.1:{port}"
     try:
         ratios = asyncio.run(_measure(target, args.calls, args.rounds))
+        sync = _sync_measure(target, args.calls, args.rounds)
     finally:
         process.kill()
-    result = {"grpcio": grpc.__version__, "over_unary": ratios}
+    result = {"grpcio": grpc.__version__, "over_unary": ratios, "sync_over_blocking": sync}
     print(json.dumps(result))
     return result
 

@@ -107,6 +107,10 @@ def _serve(port_queue, options=()) -> None:
         async def one(request, context):  # a unary response in a streaming shape (bench/headers_shape.py)
             yield request
 
+        async def slow(request, context):  # one that its caller cancels first (bench/headers_shape.py)
+            await asyncio.sleep(0.05)
+            yield request
+
         async def client_stream(requests, context):
             return b"".join([request async for request in requests])
 
@@ -118,6 +122,7 @@ def _serve(port_queue, options=()) -> None:
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
             "One": grpc.unary_stream_rpc_method_handler(one),
+            "Slow": grpc.unary_stream_rpc_method_handler(slow),
             "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
             "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
         })])

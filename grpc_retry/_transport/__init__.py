@@ -24,12 +24,15 @@ on one subchannel that attempts are started through. What an attempt is, per API
 |-------|-----------------|------------------------------------------|-----------------------------------------|
 | sync  | unary, blocking | one batch on the caller's thread         | grpcio's blocking call                  |
 | sync  | unary response  | one batch, its end told on grpcio's thread | grpcio's future, its end read on a worker |
-| sync  | unary, hedged   | two batches: the headers, the response   | a unary-stream call, read by a worker   |
+| sync  | unary, hedged   | two batches: the headers, the response   | a unary-stream call, read by a worker*  |
 | sync  | response stream | a batch per message read                 | grpcio's response iterator              |
 | sync  | request stream  | grpcio's call, its requests sent by a worker | grpcio's call over a request iterator |
 | aio   | unary response  | one batch (hedged: headers, then response) | a grpc.aio call (hedged: a stream call) |
 | aio   | response stream | a batch per message read                 | a grpc.aio call, read as asked          |
 | aio   | request stream  | a batch per message written              | a grpc.aio call's write(), done_writing() |
+
+(*) A blocking hedged call's first attempt is read by its caller: grpcio's future while it may be one batch
+(HeadersWatch), else a unary-stream call.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@ for a grpcio whose internals the direct transport does not know. The asyncio att
 
 Sync: a non-blocking attempt is grpcio's own call (a future, or a response iterator) with `None` serializers. Its
 end is read on a worker thread of the channel: grpcio tells a call's end on its own thread, where a public read of
-the headers may wait for that very thread; a worker may wait. Connectivity is followed with grpcio's
-subscribe(), a thread of grpcio's per subchannel.
+the headers may wait for that very thread; a worker may wait. A hedged (or timed) unary attempt is read by a thread
+that may wait: the blocking call's caller for its first attempt (polled), a worker for the others
+(SyncHeadersFirst). Connectivity is followed with grpcio's subscribe(), a thread of grpcio's per subchannel.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import warnings
 import weakref
@@ -18,13 +18,12 @@ from typing import Any, Callable, Optional, Tuple
 
 import grpc
 
-from grpc_retry._transport.ends import AttemptState
+from grpc_retry._transport.ends import AttemptState, tell
 from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 
 Metadata = Tuple[Any, ...]
 
-log = logging.getLogger("grpc_retry")
 _OK = grpc.StatusCode.OK
 _UNARY_RESPONSES = ("unary_unary", "stream_unary")
 _DEBUG = '\tdebug_error_string = "'  # how an ended call's str() shows its debug error string
@@ -62,17 +61,19 @@ def sync_own() -> None:
 
 
 class SyncAttempts:
-    """Every non-blocking sync attempt is a SyncAttempt; a hedged unary-unary call's are unary-stream calls, whose
-    headers show before their response."""
+    """Every non-blocking sync attempt is a SyncAttempt, but a hedged (or timed) unary-unary call's, which show
+    their headers before their response (SyncHeadersFirst)."""
 
     @staticmethod
     def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
-        if hedged and kind == "unary_unary":  # its response is read, and its end reported, by its watcher
-            return "unary_stream", False, False, False
+        if hedged and kind == "unary_unary":  # its attempts tell their headers and their end themselves
+            return kind, False, True, True
         return kind, False, False, True
 
     @staticmethod
-    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> SyncMethod:
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
+        if shape[2]:
+            return SyncHeadersFirst(channel, name, owner.workers)
         return SyncMethod(getattr(channel, shape[0])(name), shape[0], owner.workers)
 
 
@@ -102,11 +103,50 @@ class SyncMethod:
         return self._multicallable.with_call(request, **kwargs)
 
 
-class SyncAttempt:
+class _Reported:
+    """An attempt whose end is read into `_state` (what sync_status() reads) before it is told; the grpc.Call the
+    application gets of a call it won is made of it (sync_final)."""
+
+    __slots__ = ("_call", "_state")
+
+    _call: Any
+    _state: AttemptState
+
+    def _read_end(self, response: Any) -> None:
+        """(A thread that may wait: the call has ended, or its end is near.) Its end, into `_state`."""
+        call, state = self._call, self._state
+        try:
+            code = call.code()
+            state.details = call.details()
+            state.trailing_metadata = tuple(call.trailing_metadata() or ())
+            state.initial_metadata = tuple(call.initial_metadata() or ())
+            if code is not _OK:
+                state.debug_error_string = _debug_error_string(call)
+            else:
+                state.response = response
+            state.code = code
+        except Exception as error:  # grpcio's accessors should not raise once the call ended: a bug of theirs
+            state.code, state.details = grpc.StatusCode.INTERNAL, f"grpc_retry could not read an attempt: {error!r}"
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    # What FinishedCall reads of the attempt the application got
+    def initial_metadata(self) -> Metadata:
+        return self._state.initial_metadata or ()
+
+    def details(self) -> Optional[str]:
+        return self._state.details
+
+    def debug_error_string(self) -> Optional[str]:
+        return self._state.debug_error_string
+
+
+class SyncAttempt(_Reported):
     """One non-blocking sync attempt: grpcio's call, its end read into `_state` on a worker thread, then told to
     `on_end(self)`. Iterated, it reads the response stream."""
 
-    __slots__ = ("_call", "_state", "_unary_response", "_workers", "_on_end", "_ended")
+    __slots__ = ("_unary_response", "_workers", "_on_end", "_ended")
 
     def __init__(self, call: Any, unary_response: bool, workers: Any,
                  on_end: Optional[Callable[[Any], None]]) -> None:
@@ -121,32 +161,19 @@ class SyncAttempt:
 
     def _terminated(self) -> None:
         """grpcio's thread (or the maker's): the call has ended; its end is read where a read may wait."""
-        try:
-            self._workers.submit(self._read_end)
-        except RuntimeError:  # the channel closed meanwhile
-            threading.Thread(target=self._read_end, name="grpc_retry-attempt-end", daemon=True).start()
+        _elsewhere(self._workers, self._reported_end, "grpc_retry-attempt-end")
 
-    def _read_end(self) -> None:
-        call, state = self._call, self._state
+    def _reported_end(self) -> None:
+        call = self._call
         try:
-            code = call.code()
-            state.details = call.details()
-            state.trailing_metadata = tuple(call.trailing_metadata() or ())
-            state.initial_metadata = tuple(call.initial_metadata() or ())
-            if code is not _OK:
-                state.debug_error_string = _debug_error_string(call)
-            if code is _OK and self._unary_response:
-                state.response = call.result()
-            state.code = code
-        except Exception as error:  # grpcio's accessors should not raise once the call ended: a bug of theirs
-            state.code, state.details = grpc.StatusCode.INTERNAL, f"grpc_retry could not read an attempt: {error!r}"
+            response = call.result() if self._unary_response and call.code() is _OK else None
+        except Exception:  # (read again, and told, by _read_end)
+            response = None
+        self._read_end(response)
         self._ended.set()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
-            try:
-                on_end(self)
-            except Exception:  # nothing may raise on a worker: the call would never hear its end
-                log.exception("grpc_retry: an attempt's callback failed")
+            tell(on_end, self)
 
     def __iter__(self) -> SyncAttempt:
         return self
@@ -157,9 +184,6 @@ class SyncAttempt:
     def done(self) -> bool:
         return self._ended.is_set()
 
-    def cancel(self) -> bool:
-        return bool(self._call.cancel())
-
     def wait_headers(self) -> Tuple[Metadata, bool]:
         """Block until the response headers came or the attempt ended: (the headers, whether it has ended)."""
         metadata = tuple(self._call.initial_metadata() or ())
@@ -168,29 +192,149 @@ class SyncAttempt:
     def wait_end(self) -> None:
         self._ended.wait()
 
-    # What FinishedCall reads of the attempt the application got
-    def initial_metadata(self) -> Metadata:
-        return self._state.initial_metadata or ()
 
-    def details(self) -> Optional[str]:
-        return self._state.details
+def _elsewhere(workers: Any, task: Callable[[], None], name: str) -> None:
+    """Run `task` on one of the channel's workers (a thread of its own once the channel has closed)."""
+    try:
+        workers.submit(task)
+    except RuntimeError:  # the channel closed meanwhile
+        threading.Thread(target=task, name=name, daemon=True).start()
 
-    def debug_error_string(self) -> Optional[str]:
-        return self._state.debug_error_string
+
+class SyncHeadersFirst:
+    """A hedged (or timed) unary-unary method on one subchannel: its attempts tell `on_headers(self)` when their
+    response headers came (unless their end came with them), then `on_end(self)` once they have ended, from a
+    thread that may wait on grpcio's public reads: the blocking call's caller, which polls its first attempt as
+    grpcio's blocking call waits for its own, or a worker. grpcio's public API shows a unary response's headers
+    ahead of it only through a unary-stream call, which grpcio runs as four batches, so an attempt that may be one
+    batch (Method.first_whole) is grpcio's future. `multicallable`: grpcio's, for an attempt made as one blocking
+    call."""
+
+    __slots__ = ("multicallable", "_stream", "_workers")
+
+    def __init__(self, channel: Any, name: str, workers: Any) -> None:
+        self.multicallable = channel.unary_unary(name)
+        self._stream = channel.unary_stream(name)
+        self._workers = workers
+
+    def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
+                 on_end: Callable[[Any], None], pollable: bool = False) -> HeadersFirstAttempt:
+        """`pollable`: the blocking call's caller polls it (it is `polled`); else a worker does."""
+        attempt = HeadersFirstAttempt(self._stream(request, timeout=timeout, metadata=metadata,
+                                                   credentials=credentials, wait_for_ready=wait_for_ready,
+                                                   compression=compression), on_headers, on_end, pollable)
+        if not pollable:
+            _elsewhere(self._workers, attempt.poll, "grpc_retry-attempt")
+        return attempt
+
+    def polled(self, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
+               wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
+               on_end: Callable[[Any], None], whole: bool) -> Any:
+        """A blocking call's first attempt, polled by its caller; `whole`: one batch (Method.first_whole), whose
+        headers show with its end (only `on_end` is told)."""
+        if whole:
+            return WholeAttempt(self.multicallable.future(
+                request, timeout=timeout, metadata=metadata, credentials=credentials, wait_for_ready=wait_for_ready,
+                compression=compression), on_end)
+        return HeadersFirstAttempt(self._stream(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                                                wait_for_ready=wait_for_ready, compression=compression),
+                                   on_headers, on_end, True)
+
+
+class HeadersFirstAttempt(_Reported):
+    """A hedged unary attempt as grpcio's unary-stream call: poll() reads its headers, its response and its end,
+    and tells them, on the thread that calls it (once). Interrupted there (a signal's exception), the attempt is
+    cancelled and tells its end before the exception goes on."""
+
+    __slots__ = ("_on_headers", "_on_end", "polled")
+
+    def __init__(self, call: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
+                 polled: bool) -> None:
+        self._call = call
+        self._state = AttemptState()
+        self._on_headers: Optional[Callable[[Any], None]] = on_headers
+        self._on_end: Optional[Callable[[Any], None]] = on_end
+        self.polled = polled
+
+    def poll(self) -> None:
+        call = self._call
+        try:
+            headers = tuple(call.initial_metadata() or ())
+            on_headers, self._on_headers = self._on_headers, None
+            if on_headers is not None and (headers or not call.done()):  # else cancelled, or its end tells them
+                self._state.initial_metadata = headers
+                tell(on_headers, self)
+            response = None
+            try:
+                for message in call:  # one message, then the end
+                    response = message
+            except grpc.RpcError:  # (the end tells how)
+                pass
+        except BaseException:
+            call.cancel()
+            self._told(None)
+            raise
+        self._told(response)
+
+    def _told(self, response: Any) -> None:
+        self._read_end(response)
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            tell(on_end, self)
+
+    def done(self) -> bool:
+        return self._state.code is not None
+
+
+class WholeAttempt(_Reported):
+    """A hedged unary call's first attempt as one batch (Method.first_whole): grpcio's future, which its caller
+    waits for (poll()), then reads and tells; its headers show with its end."""
+
+    __slots__ = ("_on_end",)
+    polled = True
+
+    def __init__(self, call: Any, on_end: Callable[[Any], None]) -> None:
+        self._call = call
+        self._state = AttemptState()
+        self._on_end: Optional[Callable[[Any], None]] = on_end
+
+    def poll(self) -> None:
+        call = self._call
+        response = None
+        try:
+            try:
+                response = call.result()
+            except (grpc.RpcError, grpc.FutureCancelledError):  # (the end tells how)
+                pass
+        except BaseException:
+            call.cancel()
+            self._told(None)
+            raise
+        self._told(response)
+
+    def _told(self, response: Any) -> None:
+        self._read_end(response)
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            tell(on_end, self)
+
+    def done(self) -> bool:
+        return self._state.code is not None
 
 
 FINAL_WRAPPED = True  # attempts are no grpc.Call to give the application: sync_final() makes one
 
 
 def sync_final(call: Any, response: Any) -> Any:
-    trailing = call._state.trailing_metadata if type(call) is SyncAttempt else tuple(call.trailing_metadata() or ())
+    trailing = call._state.trailing_metadata if isinstance(call, _Reported) else tuple(call.trailing_metadata() or ())
     return FinishedCall(call, trailing, response)
 
 
 def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
     """An ended attempt's (code, details, trailing metadata, debug error string, initial metadata): a SyncAttempt's
     as read on its end, or what grpcio's own ended call (or the error a blocking call raised) answers."""
-    if type(call) is SyncAttempt:
+    if isinstance(call, _Reported):
         state = call._state
         return (state.code, state.details, state.trailing_metadata, state.debug_error_string,
                 state.initial_metadata or ())
@@ -200,11 +344,11 @@ def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str],
 
 
 def sync_code(call: Any) -> Any:
-    return call._state.code if type(call) is SyncAttempt else call.code()
+    return call._state.code if isinstance(call, _Reported) else call.code()
 
 
 def sync_response(call: Any) -> Any:
-    return call._state.response if type(call) is SyncAttempt else None
+    return call._state.response if isinstance(call, _Reported) else None
 
 
 def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
