@@ -49,7 +49,7 @@ class SyncBlockingRequestStream:
     a time) — or by grpcio's own thread where grpcio's fork support is on (its threads are counted for a fork).
     Its `_state` is grpcio's call state. Raises as it is made what grpcio raises for a call it cannot start."""
 
-    __slots__ = ("_state", "_call", "_requests", "_deadline")
+    __slots__ = ("_state", "_call", "_requests")
 
     def __init__(self, m: Any, requests: Iterator[bytes], *, timeout: Optional[float], metadata: Any,
                  credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> None:
@@ -58,9 +58,9 @@ class SyncBlockingRequestStream:
         state.method, state.target = decode(m._method), decode(m._target)
         augmented = augmented_metadata(metadata, compression)
         self._requests = requests
-        self._deadline = None if timeout is None else time.time() + timeout
+        deadline = None if timeout is None else time.time() + timeout
         self._call = m._channel.segregated_call(
-            PROPAGATE_DEFAULTS, m._method, None, determined(self._deadline), augmented,
+            PROPAGATE_DEFAULTS, m._method, None, determined(deadline), augmented,
             None if credentials is None else credentials._credentials,
             _channel._stream_unary_invocation_operations_and_tags(augmented, WAIT_FOR_READY[wait_for_ready]),
             m._context, m._registered_call_handle)
@@ -75,8 +75,8 @@ class SyncBlockingRequestStream:
             with state.condition:
                 _channel._handle_event(event, state, None)
                 state.condition.notify_all()
-                if not state.due:
-                    return cast(grpc.Call, _channel._MultiThreadedRendezvous(state, call, None, self._deadline))
+                if not state.due:  # (no deadline: grpcio's with_call() call has no time remaining)
+                    return cast(grpc.Call, _channel._MultiThreadedRendezvous(state, call, None, None))
 
     def cancel(self) -> bool:
         with self._state.condition:

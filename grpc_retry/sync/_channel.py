@@ -27,7 +27,7 @@ from grpc_retry.sync._blocking import BlockingCall
 from grpc_retry.sync._call import Call, StreamingCall
 from grpc_retry.sync._hedged import HedgedBlockingCall
 from grpc_retry.sync._request_stream import BlockingStreamCall
-from grpc_retry.sync._status import CLOSED_CHANNEL, local_error
+from grpc_retry.sync._status import CLOSED_CHANNEL, FinishedCall, local_error
 from grpc_retry.sync._workers import Workers
 
 _INF = math.inf
@@ -89,7 +89,10 @@ class _MultiCallable(Method):
                                       credentials, wait_for_ready, compression).run(with_call)
         call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
         response = call.result()
-        return (response, call) if with_call else response
+        if not with_call:
+            return response
+        # As grpcio's with_call(): a call that has ended (no time remaining), not the live future
+        return response, FinishedCall(call, call.trailing_metadata(), response)
 
 
 class UnaryUnaryMultiCallable(_MultiCallable, bases.UnaryUnaryMultiCallable):

@@ -93,7 +93,7 @@ def with_call_with_a_deserializer(make, backend) -> Any:
                                  iter([b"s", b"t"]))):
             response, call = method.with_call(request, timeout=5)
             seen.append((response, call.result(), call.result(timeout=1), call.exception(), call.done(),
-                         call.running(), call.cancelled(), call.is_active(), call.code(),
+                         call.running(), call.cancelled(), call.is_active(), call.time_remaining(), call.code(),
                          tuple(call.trailing_metadata())))
         return seen
 

@@ -119,12 +119,6 @@ def test_a_fatal_status_cancels_every_hedge_and_is_returned(client, backends):
 # headers with its response (_method.HeadersWatch): the tests below watch none (WATCH_FIRST = 0).
 
 
-def _one_batch(api: str) -> bool:
-    """Whether a hedged unary call's first attempt may be one batch (Method.first_whole): not on the portable
-    transport's sync API, whose hedged unary attempts are unary-stream calls, their headers always shown first."""
-    return api == "aio" or transport.NAME == "direct"
-
-
 @pytest.fixture
 def unwatched(monkeypatch):
     monkeypatch.setattr(grpc_retry._method, "WATCH_FIRST", 0)
@@ -139,7 +133,6 @@ def unwatched(monkeypatch):
 ], ids=["ok", "trailers-only", "headers-then-failure", "fatal"])
 def test_a_first_attempt_as_one_batch_decides_as_its_headers_would(client, backends, unwatched, step, code,
                                                                      seen_after, previous):
-    """(Where attempts show their headers first, the portable transport's sync API, the same holds of them.)"""
     backends[0].script(UNARY, step)
     ch = client.channel(target(backends), hedging_options(delay="5s"))
     started = time.monotonic()
@@ -147,34 +140,26 @@ def test_a_first_attempt_as_one_batch_decides_as_its_headers_would(client, backe
     assert out.code == code and out.previous_attempts == previous
     assert time.monotonic() - started < 4  # no wait for the hedging delay
     assert seen(backends) == seen_after
-    if _one_batch(client.api):
-        assert ch.channel._state.watches[UNARY]._calls == 1
-    else:  # nothing to watch
-        assert UNARY not in ch.channel._state.watches
+    assert ch.channel._state.watches[UNARY]._calls == 1
 
 
 def test_a_server_seen_sending_headers_ahead_has_every_first_attempt_show_them(client, backends, unwatched):
     """Backend 0 sends its headers 2 s ahead of its response. Unwatched, the call's first attempt is one batch: its
     headers do not stop the hedge, which goes to backend 1 at 0.2 s and commits the call with its own headers, sent
     0.3 s ahead. That shows the server sends them ahead: the next call's first attempt shows its headers first, and
-    they commit it (no hedge). (Where every attempt shows its headers first, the portable transport's sync API,
-    they commit the first call as well.)"""
-    one_batch = _one_batch(client.api)
+    they commit it (no hedge)."""
     ahead = (("k", "v"),)
     backends[0].script(UNARY, Step(headers=ahead, headers_lead=2.0), Step(headers=ahead, headers_lead=2.0))
     backends[1].script(UNARY, Step(headers=ahead, headers_lead=0.3))
     ch = client.channel(target(backends), hedging_options(max_attempts=2, delay="0.2s"))
     first = ch.unary(UNARY, b"x", timeout=10)
-    if one_batch:
-        assert first.code == OK and first.previous_attempts == "1" and seen(backends) == [1, 1, 0]
-        assert ch.channel._state.watches[UNARY]._early
-    else:
-        assert first.code == OK and first.previous_attempts is None and seen(backends) == [1, 0, 0]
+    assert first.code == OK and first.previous_attempts == "1" and seen(backends) == [1, 1, 0]
+    assert ch.channel._state.watches[UNARY]._early
     started = time.monotonic()
     second = ch.unary(UNARY, b"x", timeout=10)
     assert second.code == OK and second.previous_attempts is None
     assert time.monotonic() - started >= 2.0  # backend 0's response: its headers committed the call
-    assert seen(backends) == [2, 1 if one_batch else 0, 0]
+    assert seen(backends) == [2, 1, 0]
 
 
 # Empty response headers may be a Trailers-Only response whose status is a moment behind: only silence after them
@@ -433,10 +418,6 @@ def test_a_blocking_hedged_call_hands_itself_over_when_it_needs_more_than_one_at
     # non-blocking call when a hedge is due: with its first attempt still out (the hedging timer), ended with a
     # Trailers-Only failure and the next hedge delayed by pushback (its empty headers must not be judged again
     # later), or ended with a non-fatal status (the next hedge at once). Each ends with the hedge's answer.
-    if with_call and transport.NAME != "direct":
-        pytest.skip("portable transport: with_call() of a hedged unary call gives the live call, whose "
-                    "time_remaining() is its deadline's, not None as grpcio's with_call() call (sync/_channel.py "
-                    "_MultiCallable._blocking returns `call`, not a finished one)")
 
     def call(ch, request):
         unary = ch.unary_unary(UNARY)
