@@ -25,6 +25,7 @@ from grpc_retry._transport.direct_streams import (
     SyncBlockingRequestStream,
     SyncResponseStream,
     sync_request_stream,
+    sync_tells_headers,
     sync_wait_end,
     sync_wait_headers,
 )
@@ -362,5 +363,5 @@ __all__ = [
     "AIO", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop", "channelz_subchannels",
     "close_sync_channel", "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight",
     "sync_code", "sync_connectivity", "sync_final", "sync_own", "sync_response", "sync_state_reader", "sync_status",
-    "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
+    "sync_tells_headers", "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
 ]

@@ -163,7 +163,10 @@ class SyncResponseStream:
         self._multicallable = multicallable
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None]) -> Any:
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None) -> Any:
+        """An attempt that tells its end to `on_end`, and its headers to `on_headers` when it is a
+        SyncStreamAttempt (sync_tells_headers): grpcio's own call tells neither."""
         m = self._multicallable
         if not sync_direct():
             call = m(request, timeout=timeout, metadata=metadata, credentials=credentials,
@@ -174,7 +177,7 @@ class SyncResponseStream:
         return SyncStreamAttempt(
             m, request, determined(None if timeout is None else time.time() + timeout), metadata,
             augmented_metadata(metadata, compression), WAIT_FOR_READY[wait_for_ready],
-            None if credentials is None else credentials._credentials, on_end)
+            None if credentials is None else credentials._credentials, on_end, on_headers)
 
 
 class SyncStreamAttempt(SyncAttempt):
@@ -182,13 +185,15 @@ class SyncStreamAttempt(SyncAttempt):
     status then says how), `wait_headers()` and `wait_end()` block for what they name (never call them on
     grpcio's own thread). It calls `on_end(self)` once it has ended (status and headers in), from grpcio's spin
     thread, or from a thread waiting in next() for that end: the reader then hears it without waiting for
-    grpcio's thread to tell it."""
+    grpcio's thread to tell it. With `on_headers`, it calls `on_headers(self)` from the spin thread when its
+    headers came ahead of its end (a timed attempt's headers stop its timer: no thread waits for them)."""
 
     __slots__ = ("_call", "_lock", "_messages", "_others", "_due", "_reading", "_readers", "_message",
-                 "_headers_due", "_status_due", "_status", "on_end")
+                 "_headers_due", "_status_due", "_status", "on_end", "on_headers")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
-                 credentials: Any, on_end: Callable[[Any], None]) -> None:
+                 credentials: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._messages = Waiters(self._lock)  # readers: a message came, or the end
@@ -199,6 +204,7 @@ class SyncStreamAttempt(SyncAttempt):
         self._message: Optional[bytes] = None  # read, not yet taken
         self._headers_due = self._status_due = True
         self.on_end: Optional[Callable[[Any], None]] = on_end
+        self.on_headers = on_headers
         headers = ReceiveInitialMetadataOperation(NO_FLAGS)
         self._status = ReceiveStatusOnClientOperation(NO_FLAGS)
         # As grpcio's: the request's batch (which can fail to start, and then leaves no batch behind) first.
@@ -212,13 +218,16 @@ class SyncStreamAttempt(SyncAttempt):
         """grpcio's spin thread: the request's batch (which ends with the status) or the headers' is done. True
         once no batch of the call is left (grpcio then stops counting it)."""
         state = self._state
-        on_end = None
+        on_end = on_headers = None
         with self._lock:
             self._due -= 1
             operations = event.batch_operations
             if len(operations) == 1:
                 self._headers_due = False
                 state.initial_metadata = operations[0].initial_metadata()  # as grpcio's, even once cancelled
+                if self._status_due and state.code is None:  # (else the end tells: a waiter sees it ended)
+                    on_headers = self.on_headers
+                self.on_headers = None
             else:
                 self._status_due = False
                 if state.code is None:
@@ -231,6 +240,8 @@ class SyncStreamAttempt(SyncAttempt):
                 on_end = self._take_end()
             self._others.notify_all()
             done = self._due == 0
+        if on_headers is not None:
+            tell(on_headers, self)
         if on_end is not None:
             tell(on_end, self)
         return done
@@ -308,6 +319,11 @@ class SyncStreamAttempt(SyncAttempt):
             self._others.notify_all()
         self._call.cancel(1, LOCALLY_CANCELLED)  # its batches end, and it tells
         return True
+
+
+def sync_tells_headers(call: Any) -> bool:
+    """Whether a sync attempt started with `on_headers` tells its headers to it."""
+    return type(call) is SyncStreamAttempt
 
 
 def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:

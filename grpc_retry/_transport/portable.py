@@ -88,9 +88,11 @@ class SyncMethod:
         self._unary_response = kind in _UNARY_RESPONSES
         self._workers = workers
 
-    def __call__(self, request: Any, *, on_end: Optional[Callable[[Any], None]] = None, **kwargs: Any) -> Any:
+    def __call__(self, request: Any, *, on_end: Optional[Callable[[Any], None]] = None,
+                 on_headers: Optional[Callable[[Any], None]] = None, **kwargs: Any) -> Any:
         """With a unary response and no `on_end`, grpcio's blocking call; else an attempt (without `on_end`, its
-        end is for whoever waits for it: wait_end())."""
+        end is for whoever waits for it: wait_end()). It never tells `on_headers` (sync_tells_headers): its
+        headers come through grpcio's blocking accessor only."""
         if self._unary_response:
             if on_end is None:
                 return self._multicallable(request, **kwargs)
@@ -351,6 +353,11 @@ def sync_response(call: Any) -> Any:
     return call._state.response if isinstance(call, _Reported) else None
 
 
+def sync_tells_headers(call: Any) -> bool:
+    """No attempt of this transport tells its headers: a thread waits for them (sync_wait_headers)."""
+    return False
+
+
 def sync_wait_headers(call: Any) -> Tuple[Metadata, bool]:
     """Block (never on grpcio's own thread) until an attempt has its response headers or has ended."""
     return call.wait_headers()  # type: ignore[no-any-return]
@@ -493,5 +500,5 @@ AIO = AioAttempts()
 __all__ = ["AIO", "AioAttempt", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop",
            "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
            "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_final",
-           "sync_own", "sync_response", "sync_state_reader", "sync_status", "sync_wait_end", "sync_wait_headers",
-           "sync_watch_connectivity"]
+           "sync_own", "sync_response", "sync_state_reader", "sync_status", "sync_tells_headers", "sync_wait_end",
+           "sync_wait_headers", "sync_watch_connectivity"]

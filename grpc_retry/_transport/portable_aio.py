@@ -95,10 +95,10 @@ class _Status:
 
 class AioAttempt(AioAttemptBase):
     """One attempt: a grpc.aio call, and the task that follows it. It tells the driver `on_sent()` once a request
-    stream's metadata went out, `on_headers()` when the response headers came (a unary response shown headers
-    first), `on_written()` once a message written went, `on_end(response or EOF)` when it ended, then its done
-    callbacks. A response stream's messages are read by the driver (read()). Its status and headers, its waiters
-    and done callbacks are kept as the direct transport's are (AioAttemptBase)."""
+    stream's metadata went out, `on_headers()` when the response headers came (a response stream, or a unary
+    response shown headers first), `on_written()` once a message written went, `on_end(response or EOF)` when
+    it ended, then its done callbacks. A response stream's messages are read by the driver (read()). Its status
+    and headers, its waiters and done callbacks are kept as the direct transport's are (AioAttemptBase)."""
 
     __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_first", "_told", "refusal")
 
@@ -161,7 +161,7 @@ class AioAttempt(AioAttemptBase):
                 metadata = tuple(await call.initial_metadata())
                 if self._status is None:
                     self._set_headers(metadata)
-                    if self.on_headers is not None and not self._stream and (metadata or not call.done()):
+                    if self.on_headers is not None and (metadata or not call.done()):
                         self.on_headers()
             if not self._stream:
                 if self._headers_first:
@@ -286,14 +286,14 @@ class AioAttempt(AioAttemptBase):
         first = self._first
         if first is not None:
             self._first = None
-            return first
+            return self._read(first)
         if self._status is not None:
             return None
         return self._read()
 
-    async def _read(self) -> Any:
+    async def _read(self, first: Optional[asyncio.Task[Any]] = None) -> Any:
         try:
-            return await self._call.read()
+            return await (self._call.read() if first is None else first)
         except asyncio.CancelledError:
             # grpc.aio's read of a call cancelled meanwhile (cancel(): the attempt ended) ends as the stream's end;
             # the reading task's own cancellation goes on.

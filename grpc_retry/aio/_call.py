@@ -83,7 +83,7 @@ class _StreamResponse(_Call):
     async def initial_metadata(self) -> Metadata:
         # As grpc.aio: as soon as the headers come. The application then has seen the attempt: it commits.
         while not self._done:
-            n = self._winner if self._winner >= 0 else (-1 if self._watched else self._current)
+            n = self._winner if self._winner >= 0 else self._current
             attempt = self._attempts.get(n)
             if attempt is None or self._reads and n in self._reads:
                 await self._next_change()

@@ -138,7 +138,13 @@ class _Call(CallDriver):
             else:
                 self._current = n
                 attempt.on_end = partial(self._direct_ended, n, attempt)
-        elif self._watched:  # a response stream
+        elif self._watched and not self._machine.hedging:
+            # A timed response stream: the attempt tells its headers, which stop its timer; a reader reads ahead
+            # on it, as on an untimed call's.
+            self._current = n
+            attempt.on_headers = partial(self._headers_came, n, attempt)
+            self._follow(n, attempt)
+        elif self._watched:  # a hedged response stream
             if self._watchers is None:
                 self._watchers = {}
             self._watchers[n] = self._loop.create_task(self._watch(n, attempt))
@@ -352,7 +358,7 @@ class _Call(CallDriver):
         self._ended(n, attempt, bool(aio_initial_metadata(attempt)), False)
 
     def _headers_came(self, n: int, attempt: AioAttempt) -> None:
-        """A watched unary attempt's headers came (`_first_answer`, for the headers-first shape)."""
+        """A watched attempt's headers came, told by the attempt (a hedged unary one's, a timed one's)."""
         if self._attempts.get(n) is attempt and self._winner != n:
             self._decide("headers", n, monotonic(), not aio_initial_metadata(attempt))
 
@@ -461,8 +467,8 @@ class _Call(CallDriver):
             while not self._done:
                 n = self._winner
                 if n < 0:
-                    n = self._current
-                    if self._watched or n < 0:
+                    n = self._current  # (-1 while a watcher waits for each attempt's first answer: hedges)
+                    if n < 0:
                         await self._next_change()
                         continue
                 attempt = self._attempts.get(n)

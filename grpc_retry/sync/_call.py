@@ -42,10 +42,11 @@ class _Future(_NonBlocking):
     def _reading(self, peeked: bool = False) -> Tuple[int, Any]:
         """(Under the lock.) The attempt to read: the winner, or (not hedged) the attempt in flight; waits for one
         to start. (-1, None) once the call has ended, or (`peeked`) once the winner's first message is in `_peek`
-        and the winner is no longer in flight."""
+        and the winner is no longer in flight. (None is in flight as such while a watcher waits for each
+        attempt's first answer: hedges, and timed attempts that do not tell their headers.)"""
         while True:
             winner = self._machine.winner
-            n = winner if winner >= 0 else (-1 if self._watched else self._current)
+            n = winner if winner >= 0 else self._current
             call = self._attempts.get(n)
             if call is not None and n not in self._reads:
                 return n, call

@@ -225,9 +225,16 @@ class _NonBlocking(_Attempts):
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
             reports = method.reports_end  # the attempt reports its end itself (else: grpcio's callback)
+            told = False  # it tells its headers itself (else a timed or hedged attempt's are waited for)
             if method.headers_first:  # a hedged unary attempt that reports itself (see polled_result)
                 call = inner(payload, on_headers=partial(self._headers_came, n),
                              on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
+            elif reports and self._watched and not self._hedged:
+                # A timed response stream's attempt: its headers, told from grpcio's spin thread where the
+                # transport can, stop its timer without a thread waiting for them.
+                call = inner(payload, on_end=partial(self._ended, n), on_headers=partial(self._headers_came, n),
+                             **kwargs)
+                told = internals.sync_tells_headers(call)
             elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
             elif (self._requests is None and not method.attempt_streams and not self._watched
@@ -262,14 +269,14 @@ class _NonBlocking(_Attempts):
                     elsewhere = True
             if n in self._live or not call.done():  # else it ended already, and the machine heard its status
                 self._attempts[n] = call
-            if not self._watched:
+            if not self._watched or told:  # the one attempt out: a reader reads ahead on it
                 self._current = n
             self._changed.notify_all()
         if elsewhere:
             poll_elsewhere(method, call)
         if method.headers_first:
             return
-        if self._watched:
+        if self._watched and not told:
             try:
                 method.workers.submit(self._watch, n, call)
             except RuntimeError as error:  # the channel closed meanwhile
@@ -422,7 +429,7 @@ class _NonBlocking(_Attempts):
                                     bool(initial), watched_unary and internals.sync_response(call) is not None)
 
     def _headers_came(self, n: int, attempt: Any) -> None:
-        """A watched unary attempt's headers came (grpcio's spin thread)."""
+        """A watched attempt's headers came, told by the attempt itself (grpcio's spin thread)."""
         empty = not attempt.initial_metadata()
         self._event(lambda: self._machine.headers(n, monotonic(), empty), n)
 
