@@ -244,85 +244,85 @@ class SyncHeadersFirst:
                                    on_headers, on_end, True)
 
 
-class HeadersFirstAttempt(_Reported):
-    """A hedged unary attempt as grpcio's unary-stream call: poll() reads its headers, its response and its end,
-    and tells them, on the thread that calls it (once). Interrupted there (a signal's exception), the attempt is
-    cancelled and tells its end before the exception goes on."""
+class _Polled(_Reported):
+    """An attempt whose caller reads it to its end on its own thread (poll(), once), then tells its end.
+    Interrupted there (a signal's exception), the attempt is cancelled and tells its end before the exception goes
+    on."""
 
-    __slots__ = ("_on_headers", "_on_end", "polled")
+    __slots__ = ("_on_end",)
+
+    _on_end: Optional[Callable[[Any], None]]
+
+    def poll(self) -> None:
+        call = self._call
+        try:
+            response = self._answer(call)
+        except BaseException:
+            call.cancel()
+            self._told(None)
+            raise
+        self._told(response)
+
+    def _answer(self, call: Any) -> Any:
+        """Read the attempt until it has ended: its response (None: none came)."""
+        raise NotImplementedError
+
+    def _told(self, response: Any) -> None:
+        self._read_end(response)
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            tell(on_end, self)
+
+    def done(self) -> bool:
+        return self._state.code is not None
+
+
+class HeadersFirstAttempt(_Polled):
+    """A hedged unary attempt as grpcio's unary-stream call: poll() reads its headers, its response and its end,
+    and tells them, on the thread that calls it."""
+
+    __slots__ = ("_on_headers", "polled")
 
     def __init__(self, call: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
                  polled: bool) -> None:
         self._call = call
         self._state = AttemptState()
         self._on_headers: Optional[Callable[[Any], None]] = on_headers
-        self._on_end: Optional[Callable[[Any], None]] = on_end
+        self._on_end = on_end
         self.polled = polled
 
-    def poll(self) -> None:
-        call = self._call
+    def _answer(self, call: Any) -> Any:
+        headers = tuple(call.initial_metadata() or ())
+        on_headers, self._on_headers = self._on_headers, None
+        if on_headers is not None and (headers or not call.done()):  # else cancelled, or its end tells them
+            self._state.initial_metadata = headers
+            tell(on_headers, self)
+        response = None
         try:
-            headers = tuple(call.initial_metadata() or ())
-            on_headers, self._on_headers = self._on_headers, None
-            if on_headers is not None and (headers or not call.done()):  # else cancelled, or its end tells them
-                self._state.initial_metadata = headers
-                tell(on_headers, self)
-            response = None
-            try:
-                for message in call:  # one message, then the end
-                    response = message
-            except grpc.RpcError:  # (the end tells how)
-                pass
-        except BaseException:
-            call.cancel()
-            self._told(None)
-            raise
-        self._told(response)
-
-    def _told(self, response: Any) -> None:
-        self._read_end(response)
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            tell(on_end, self)
-
-    def done(self) -> bool:
-        return self._state.code is not None
+            for message in call:  # one message, then the end
+                response = message
+        except grpc.RpcError:  # (the end tells how)
+            pass
+        return response
 
 
-class WholeAttempt(_Reported):
+class WholeAttempt(_Polled):
     """A hedged unary call's first attempt as one batch (Method.first_whole): grpcio's future, which its caller
     waits for (poll()), then reads and tells; its headers show with its end."""
 
-    __slots__ = ("_on_end",)
+    __slots__ = ()
     polled = True
 
     def __init__(self, call: Any, on_end: Callable[[Any], None]) -> None:
         self._call = call
         self._state = AttemptState()
-        self._on_end: Optional[Callable[[Any], None]] = on_end
+        self._on_end = on_end
 
-    def poll(self) -> None:
-        call = self._call
-        response = None
+    def _answer(self, call: Any) -> Any:
         try:
-            try:
-                response = call.result()
-            except (grpc.RpcError, grpc.FutureCancelledError):  # (the end tells how)
-                pass
-        except BaseException:
-            call.cancel()
-            self._told(None)
-            raise
-        self._told(response)
-
-    def _told(self, response: Any) -> None:
-        self._read_end(response)
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            tell(on_end, self)
-
-    def done(self) -> bool:
-        return self._state.code is not None
+            return call.result()
+        except (grpc.RpcError, grpc.FutureCancelledError):  # (the end tells how)
+            return None
 
 
 FINAL_WRAPPED = True  # attempts are no grpc.Call to give the application: sync_final() makes one
