@@ -59,8 +59,9 @@ print(repr((runs, answers)))
 
 
 def _run(script: str, env: Dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # (cwd: the installed package's directory, not a checkout's root, whose source tree would shadow it)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": _PACKAGE_ROOT, **env})
+                          cwd=_PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": _PACKAGE_ROOT, **env})
 
 
 @pytest.mark.parametrize("transport", ["direct", "portable"])

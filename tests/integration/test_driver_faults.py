@@ -75,8 +75,10 @@ server.stop(None)
 @pytest.mark.parametrize("api, action", [("sync", "_deliver"), ("sync", "_start"), ("aio", "_deliver"),
                                          ("aio", "_start")])
 def test_a_call_whose_driver_fails_performing_an_action_ends_internal_at_once(api: str, action: str) -> None:
+    # (cwd: the installed package's directory, not a checkout's root, whose source tree would shadow it)
     done = subprocess.run([sys.executable, "-c", _SCRIPT, api, action], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": _PACKAGE_ROOT, "GRPC_RETRY_PURE_PYTHON": "1"})
+                          cwd=_PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": _PACKAGE_ROOT,
+                                                  "GRPC_RETRY_PURE_PYTHON": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     expected = ["INTERNAL", "grpc_retry internal error"] + (["True"] if api == "sync" else [])

@@ -59,8 +59,9 @@ print(json.dumps({"transport": _transport.NAME, "code": code, "details": details
 
 
 def _run(script: str) -> dict:
+    # (cwd: not a checkout's root, whose source tree would shadow the installed package)
     done = subprocess.run([sys.executable, "-c", script, TESTS], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "GRPC_RETRY_TRANSPORT": "portable"})
+                          cwd=TESTS, env={**os.environ, "GRPC_RETRY_TRANSPORT": "portable"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
