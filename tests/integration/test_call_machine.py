@@ -18,7 +18,6 @@ from support.clients import ECHO_SERVICE, Client
 import grpc_retry
 import grpc_retry._method
 import grpc_retry.sync._hedged
-from grpc_retry import _transport as transport
 from grpc_retry._compiled import pure_python
 from grpc_retry._core import CallMachine
 from grpc_retry._timer import TIMERS
@@ -303,8 +302,6 @@ def _blocking_unary(ch, request, timeout=None):
 def test_a_blocking_hedged_call_whose_machine_fails_ends_internal_once(backends, caplog, event, monkeypatch):
     """Whichever thread the event comes on, the caller gets INTERNAL (the non-blocking driver's words) at once,
     not the bug's exception, another status, or a wait for the next hedge (20 s); its attempt is cancelled."""
-    if transport.NAME != "direct":
-        pytest.skip("the direct transport's blocking hedged call")
     step = {"headers": Step(headers=(("k", "v"),), headers_lead=0.3), "timer": Step(wait=0)}.get(event, Step())
     backends[0].script(UNARY, step)
     monkeypatch.setattr(grpc_retry._method, "CallMachine", _Failing)
@@ -330,8 +327,8 @@ def test_a_blocking_hedged_call_whose_end_is_lost_ends_internal(backends, caplog
     """Attempt 0's end never reaches the driver (its callback suppressed) after its headers committed the call,
     which has no deadline: nothing else would end it. The caller gets INTERNAL once the wait has nothing left to
     wait for, instead of blocking for ever."""
-    if transport.NAME != "direct" or not pure_python():
-        pytest.skip("patches the pure-Python build's blocking hedged call (the direct transport's)")
+    if not pure_python():
+        pytest.skip("patches the blocking hedged call's method: plain Python only (run by CI's pure-Python pass)")
     monkeypatch.setattr(HedgedBlockingCall, "_on_end", lambda self, attempt: None)
     monkeypatch.setattr(grpc_retry.sync._hedged, "END_GRACE", 0.5)
     backends[0].script(UNARY, Step(headers=(("k", "v"),), headers_lead=0.2))
