@@ -53,8 +53,7 @@ COMPILED_MODULES = ["grpc_retry._driver", "grpc_retry._method", "grpc_retry._wai
                     "grpc_retry._transport.batches", "grpc_retry._transport.direct", "grpc_retry._transport.direct_aio",
                     "grpc_retry._transport.direct_streams", "grpc_retry.aio._driver", "grpc_retry.aio._call",
                     "grpc_retry.aio._channel", "grpc_retry.aio._timers", "grpc_retry.sync._attempts",
-                    "grpc_retry.sync._blocking", "grpc_retry.sync._nonblocking", "grpc_retry.sync._call",
-                    "grpc_retry.sync._hedged", "grpc_retry.sync._request_stream", "grpc_retry.sync._channel",
+                    "grpc_retry.sync._driver", "grpc_retry.sync._caller", "grpc_retry.sync._call", "grpc_retry.sync._channel",
                     "grpc_retry._backends.subchannels", "grpc_retry._backends.sync", "grpc_retry._backends.aio"]
 
 

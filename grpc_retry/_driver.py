@@ -106,18 +106,6 @@ class CallDriver:
             not machine.transparent_enabled or (stream_request and machine.committed))
         self._obs: Optional[CallTelemetry] = method.observe(machine)  # None: nothing exported for this call
 
-    def _same_call(self, other: CallDriver) -> None:
-        """Drive `other`'s call from now on (a driver handing it on): its machine, what its attempts are started
-        with, its telemetry."""
-        self._machine = other._machine
-        self._method = other._method
-        self._request = other._request
-        self._metadata = other._metadata
-        self._credentials = other._credentials
-        self._compression = other._compression
-        self._grpc_wfr = other._grpc_wfr
-        self._obs = other._obs
-
     def _attempt_metadata(self, n: int, previous: int) -> MetadataPairs:
         """Attempt n's metadata: the call's, its previous-attempts count, and, with spans on, the trace context of
         the attempt's span (so that the server's span hangs under the attempt that reached it)."""

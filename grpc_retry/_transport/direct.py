@@ -32,6 +32,7 @@ from grpc_retry._transport.direct_streams import (
 from grpc_retry._transport.ends import (
     AttemptState,
     SyncAttempt,
+    grpcio_exchange,
     sync_code,
     sync_response,
     sync_status,
@@ -102,6 +103,19 @@ def sync_unary_end(call: Any, receiving: Tuple[Any, Any, Any]) -> SyncEnded:
     if state.code is _OK:
         state.response = message.message()
     return SyncEnded(state)
+
+
+def sync_exchange(m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
+                  wait_for_ready: Optional[bool], compression: Any, call_wanted: bool) -> Tuple[Any, Any, bool]:
+    """A blocking unary-unary exchange on this thread (protocol.py): one batch on grpcio's Cython call where no
+    call object is wanted and no observability plugin records grpcio's own calls; else grpcio's blocking call."""
+    if call_wanted or not sync_direct():
+        return grpcio_exchange(m, request, timeout, metadata, credentials, wait_for_ready, compression, call_wanted)
+    call, receiving = sync_unary_start(m, request, timeout, metadata, credentials, wait_for_ready, compression)
+    ended = sync_unary_end(call, receiving)
+    if ended._state.code is _OK:
+        return None, ended._state.response, True
+    return ended, None, False
 
 
 class SyncHeadersFirst:
@@ -336,11 +350,9 @@ def sync_final(call: Any, response: Any) -> Any:
 class OwnSyncAttempts:
     """The sync attempts made on grpcio's Cython calls in place of grpcio's own call layer (protocol.py)."""
 
-    __slots__ = ("unary_start", "unary_end", "unary_attempt", "request_stream", "blocking_request_stream")
+    __slots__ = ("unary_attempt", "request_stream", "blocking_request_stream")
 
     def __init__(self) -> None:
-        self.unary_start = sync_unary_start
-        self.unary_end = sync_unary_end
         self.unary_attempt = SyncUnaryAttempt
         self.request_stream = sync_request_stream
         self.blocking_request_stream = SyncBlockingRequestStream
@@ -362,6 +374,6 @@ AIO = AioAttempts()
 __all__ = [
     "AIO", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop", "channelz_subchannels",
     "close_sync_channel", "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight",
-    "sync_code", "sync_connectivity", "sync_final", "sync_own", "sync_response", "sync_state_reader", "sync_status",
-    "sync_tells_headers", "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
+    "sync_code", "sync_connectivity", "sync_exchange", "sync_final", "sync_own", "sync_response", "sync_state_reader",
+    "sync_status", "sync_tells_headers", "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
 ]

@@ -20,6 +20,9 @@ cdef class SyncAttempt:
     cdef public AttemptState _state
 
 
+cpdef AttemptState end_record(attempt)
+
+
 # Either transport's asyncio attempt. The direct one's (a cdef subclass) reads and sets these as C struct fields
 # and calls these methods in C; the portable one's (a Python subclass) calls them by name: cpdef, not cdef.
 cdef class AioAttemptBase:

@@ -68,6 +68,12 @@ def tell(callback: Callable[[Any], None], attempt: Any) -> None:
         logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
 
 
+def end_record(attempt: Any) -> AttemptState:
+    """What a sync attempt that reports its end (either transport's) leaves as it ends: its end record."""
+    state: AttemptState = attempt._state
+    return state
+
+
 def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]:
     """An ended sync attempt's (code, details, trailing metadata, debug error string, initial metadata), read
     without blocking: grpcio's accessors each wait for their own field, and a call cancelled locally may never
@@ -75,6 +81,22 @@ def sync_status(call: Any) -> Tuple[Any, Optional[str], Metadata, Optional[str],
     state = call._state
     return (state.code, decode(state.details), tuple(state.trailing_metadata or ()),
             decode(state.debug_error_string), tuple(state.initial_metadata or ()))
+
+
+def grpcio_exchange(m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
+                    wait_for_ready: Optional[bool], compression: Any, call_wanted: bool) -> Tuple[Any, Any, bool]:
+    """A blocking unary-unary exchange as grpcio's own blocking call (`m`: grpcio's multicallable of a subchannel,
+    or what stands for it), on this thread: (its call, or the error it raised, or None if it succeeded and no call
+    is wanted; its response; whether it succeeded)."""
+    try:
+        if call_wanted:
+            response, call = m.with_call(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                                         wait_for_ready=wait_for_ready, compression=compression)
+            return call, response, True
+        return None, m(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                       wait_for_ready=wait_for_ready, compression=compression), True
+    except grpc.RpcError as error:
+        return error, None, False
 
 
 def sync_code(call: Any) -> Any:

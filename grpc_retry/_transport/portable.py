@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Tuple
 import grpc
 
 from grpc_retry._transport.ends import AttemptState, tell
+from grpc_retry._transport.ends import grpcio_exchange as sync_exchange
 from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 
@@ -499,6 +500,7 @@ AIO = AioAttempts()
 
 __all__ = ["AIO", "AioAttempt", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop",
            "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
-           "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_final",
+           "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_exchange",
+           "sync_final",
            "sync_own", "sync_response", "sync_state_reader", "sync_status", "sync_tells_headers", "sync_wait_end",
            "sync_wait_headers", "sync_watch_connectivity"]

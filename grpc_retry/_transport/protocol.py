@@ -29,13 +29,6 @@ class OwnSyncAttempts(Protocol):
     """Sync attempts the transport makes itself where the drivers would otherwise use grpcio's call layer; only
     while `sync_own()` gives them (grpcio's observability plugin records the calls of its own call layer)."""
 
-    def unary_start(self, m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
-                    wait_for_ready: Optional[bool], compression: Any) -> Tuple[Any, Any]:
-        """Start a blocking unary exchange; for unary_end()."""
-
-    def unary_end(self, call: Any, receiving: Any) -> Any:
-        """Wait for a started blocking unary exchange on this thread: an ended attempt (sync_status() reads it)."""
-
     def unary_attempt(self, m: Any, request: bytes, *, on_end: Callable[[Any], None], timeout: Optional[float],
                       metadata: Any, credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> Any:
         """A non-blocking unary exchange whose end is told to `on_end(attempt)`."""
@@ -92,6 +85,10 @@ class Transport(Protocol):
 
     # Sync attempts: their own ones, and what an ended one tells, read without blocking
     def sync_own(self) -> Optional[OwnSyncAttempts]: ...
+    def sync_exchange(self, m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
+                      wait_for_ready: Optional[bool], compression: Any, call_wanted: bool) -> Tuple[Any, Any, bool]:
+        """A blocking unary-unary exchange on the caller's thread: (its ended call, the error grpcio raised, or
+        None if it succeeded and no call is wanted; its response; whether it succeeded)."""
     def sync_final(self, call: Any, response: Any) -> Any: ...
     def sync_status(self, call: Any) -> Status: ...
     def sync_code(self, call: Any) -> Any: ...

@@ -1,11 +1,8 @@
-"""What every sync driver shares: the base of its call objects (`_Attempts`: an attempt's arguments, and its
-outcome as the application sees it) and the small helpers of the non-blocking ones. The drivers: BlockingCall
-(sync/_blocking.py), HedgedBlockingCall (sync/_hedged.py), BlockingRequestStream (sync/_request_stream.py), and
-Call and StreamingCall (sync/_nonblocking.py, sync/_call.py)."""
+"""What the sync call driver's base holds (`_Attempts`: an attempt's arguments, and the call's outcome as the
+application sees it) and its small helpers. The driver: sync/_driver.py, sync/_caller.py, sync/_call.py."""
 
 from __future__ import annotations
 
-import threading
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
@@ -48,12 +45,6 @@ class _Attempts(CallDriver):
         self._error: Optional[RpcError] = None
         self._response: Any = None
         self._final: Any = None   # with OK: the attempt whose result the application gets
-
-    def _same_call(self, other: CallDriver) -> None:
-        super()._same_call(other)
-        self._error = None
-        self._response = None
-        self._final = None
 
     def _kwargs(self, n: int, address: int, previous: int) -> Dict[str, Any]:
         return dict(timeout=self._timeout(), metadata=self._attempt_metadata(n, previous),
@@ -114,15 +105,6 @@ def read_message(call: Any) -> Any:
         return next(call)
     except (StopIteration, grpc.RpcError):
         return ENDED
-
-
-def poll_elsewhere(method: Any, attempt: Any) -> None:
-    """A polled attempt whose caller has gone (its call cancelled): poll it to its end on a worker thread, so that
-    its events, and grpcio's call, do not stay behind."""
-    try:
-        method.workers.submit(attempt.poll)
-    except RuntimeError:  # the channel closed meanwhile: its close cancelled the attempt
-        threading.Thread(target=attempt.poll, name="grpc_retry-polled-attempt", daemon=True).start()
 
 
 def run_callback(callback: Callable[..., None], *args: Any) -> None:

@@ -1,6 +1,6 @@
-"""The sync call objects of futures and response streams (Call, StreamingCall): grpc.Call and grpc.Future over
-the non-blocking driver (sync/_nonblocking.py), with what the application's threads do: read responses, send the
-requests of a request stream, wait for the end."""
+"""The sync call objects (Call, StreamingCall): grpc.Call and grpc.Future over the call's driver
+(sync/_driver.py, sync/_caller.py), with what the application's threads do: read responses, send the requests of a
+request stream, wait for the end. A blocking call is a Call its caller runs (run())."""
 
 from __future__ import annotations
 
@@ -24,17 +24,16 @@ from grpc_retry._method import DESERIALIZE_FAILED, UNDESERIALIZABLE
 from grpc_retry.sync._attempts import (
     ENDED,
     HALF_CLOSE,
-    poll_elsewhere,
     read_message,
 )
-from grpc_retry.sync._nonblocking import _NonBlocking
+from grpc_retry.sync._caller import _Caller
 from grpc_retry.sync._status import RpcError, traceback_of
 
 _OK = grpc.StatusCode.OK
 _DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-class _Future(_NonBlocking):
+class _Future(_Caller):
     """What the application's threads do with a non-blocking call (an extension type, sync/_call.pxd): read its
     responses, pull the requests of a request stream, wait for its end; and grpc.Future's and grpc.Call's
     methods."""
@@ -48,7 +47,7 @@ class _Future(_NonBlocking):
             winner = self._machine.winner
             n = winner if winner >= 0 else self._current
             call = self._attempts.get(n)
-            if call is not None and n not in self._reads:
+            if call is not None and (not self._reads or n not in self._reads):
                 return n, call
             if call is None and (self._finished or peeked and n >= 0 and self._peek is not None
                                  and self._peek[0] == n):
@@ -211,46 +210,6 @@ class _Future(_NonBlocking):
                 self._changed.wait(left)
             return True
 
-    def polled_result(self) -> Any:
-        """(A blocking hedged unary call's caller.) Poll each attempt made for this thread, until the call has
-        ended and none is left unpolled (each must be, to its end: nothing else takes its events); then the
-        result. Interrupted, the call is cancelled, and the exception goes on."""
-        lock = self._lock
-        try:
-            while True:
-                with lock:
-                    while self._unpolled is None and (self._poller or not self._finished):
-                        self._changed.wait()
-                    attempt, self._unpolled = self._unpolled, None
-                if attempt is None:
-                    break
-                try:
-                    attempt.poll()
-                finally:
-                    with lock:
-                        self._poller = False
-        except BaseException:
-            self._abandon()
-            raise
-        return self.result()
-
-    def _poll_done(self) -> None:
-        """(A blocking hedged call handed over by its inline driver.) The caller's thread has polled attempt 0 to
-        its end: it can poll another."""
-        with self._lock:
-            self._poller = False
-            self._changed.notify_all()
-
-    def _abandon(self) -> None:
-        """The blocking caller has gone (interrupted): the call is cancelled, and its attempts are polled
-        elsewhere."""
-        with self._lock:
-            self._polled = False  # an attempt made for this thread from now on is polled elsewhere
-            attempt, self._unpolled = self._unpolled, None
-        self.cancel()
-        if attempt is not None:
-            poll_elsewhere(self._method, attempt)
-
     def _until_done(self, timeout: Optional[float]) -> None:
         if not self._wait_finished(timeout):
             raise grpc.FutureTimeoutError()
@@ -276,6 +235,8 @@ class _Future(_NonBlocking):
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
         with self._lock:
             if not self._finished:
+                if self._done_callbacks is None:
+                    self._done_callbacks = []
                 self._done_callbacks.append(fn)
                 return
         fn(self)
@@ -293,6 +254,8 @@ class _Future(_NonBlocking):
         with self._lock:
             if self._finished:
                 return False
+            if self._call_callbacks is None:
+                self._call_callbacks = []
             self._call_callbacks.append(callback)
             return True
 
@@ -319,8 +282,8 @@ class _Future(_NonBlocking):
 
 # (grpcio's Future is not generic; its time_remaining() is typed float where grpcio's calls return None too)
 class Call(_Future, grpc.Call, grpc.Future):  # type: ignore[type-arg, misc]
-    """A non-blocking call: grpc.Future and grpc.Call (futures, hedged blocking calls); a response stream adds
-    the iterator (StreamingCall)."""
+    """A non-blocking call: grpc.Future and grpc.Call; a response stream adds the iterator (StreamingCall). (A
+    blocking call runs on the driver's own type, which its caller never sees.)"""
 
 
 class StreamingCall(Call):

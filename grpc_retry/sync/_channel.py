@@ -23,10 +23,8 @@ from grpc_retry._options import OptionsType
 from grpc_retry._transport import completions
 from grpc_retry._transport import transport as internals
 from grpc_retry.sync import _routed
-from grpc_retry.sync._blocking import BlockingCall
-from grpc_retry.sync._call import Call, StreamingCall
-from grpc_retry.sync._hedged import HedgedBlockingCall
-from grpc_retry.sync._request_stream import BlockingStreamCall
+from grpc_retry.sync._call import Call, StreamingCall, _Future
+from grpc_retry.sync._driver import EXCHANGE, NO_CALLER, POLLED, STREAMED
 from grpc_retry.sync._status import CLOSED_CHANNEL, FinishedCall, local_error
 from grpc_retry.sync._workers import Workers
 
@@ -69,24 +67,30 @@ class _MultiCallable(Method):
                   compression: Compression, with_call: bool) -> Any:
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
-        # A timed call (perAttemptRecvTimeout) whose attempts may be one batch each (Method.first_whole) goes inline
-        whole = request_iterator is None and self.watched and not self._policy.hedging and self.first_whole()
-        if request_iterator is None and (not self.watched or whole):
-            # The hot path: attempts inline on the caller's thread, as grpcio's own blocking call.
-            machine = self._machine(timeout, wait_for_ready, True)
-            blocking = BlockingCall(self, machine, request, metadata, credentials, wait_for_ready, compression)
-            return blocking.run(with_call)
-        if self.headers_first:  # a watched unary call: its first attempt on this thread, while it is the only one
-            machine = self._machine(timeout, wait_for_ready, True)
-            return HedgedBlockingCall(self, machine, request, metadata, credentials, wait_for_ready,
-                                      compression, self.watched and not self._policy.hedging).run(with_call)
-        if request_iterator is not None and not self.watched and (own := internals.sync_own()) is not None:
-            # Its attempts are grpcio's blocking calls, run on this thread (grpcio's future starts and ends the
+        # The caller's thread makes and runs each attempt while it is free, as grpcio's own blocking call does
+        if request_iterator is None:
+            # A timed call (perAttemptRecvTimeout) whose attempts may be one batch each (Method.first_whole)
+            # takes its attempts as an unwatched one does: each attempt's timer is its deadline.
+            if not self.watched or not self._policy.hedging and self.first_whole():
+                caller = EXCHANGE
+            elif self.headers_first:  # its attempts show their headers first: the caller polls them
+                caller = POLLED
+            else:
+                caller = NO_CALLER
+        elif not self.watched and internals.sync_own() is not None:
+            # Its attempts' requests are sent from a worker of the channel's (grpcio's future starts and ends the
             # spin thread with each call that overlaps no other: ~50% more CPU a call, one at a time). (grpcio's
             # own call layer, whose calls its observability plugin records, while that is registered.)
-            machine = self._machine(timeout, wait_for_ready, False)
-            return BlockingStreamCall(self, machine, own, request_iterator, self._serializer, metadata,
-                                      credentials, wait_for_ready, compression).run(with_call)
+            caller = STREAMED
+        else:
+            caller = NO_CALLER
+        if caller != NO_CALLER:
+            machine = self._machine(timeout, wait_for_ready, request_iterator is None)
+            # (the driver's own type, made without its constructor: the application never sees a blocking call)
+            call = _Future.__new__(_Future)
+            call._init_call(self, machine, request, request_iterator, self._serializer, metadata, credentials,
+                            wait_for_ready, compression, caller)
+            return call.run(with_call)
         call = self._call(request, request_iterator, timeout, metadata, credentials, wait_for_ready, compression)
         response = call.result()
         if not with_call:

@@ -17,11 +17,10 @@ from support.clients import ECHO_SERVICE, Client
 
 import grpc_retry
 import grpc_retry._method
-import grpc_retry.sync._hedged
 from grpc_retry._compiled import pure_python
 from grpc_retry._core import CallMachine
 from grpc_retry._timer import TIMERS
-from grpc_retry.sync._hedged import HedgedBlockingCall
+from grpc_retry.sync._driver import _Driver
 
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -277,7 +276,7 @@ def test_a_call_whose_machine_fails_on_a_callback_ends_internal(client, backends
     assert ch.unary(UNARY, b"y", timeout=5).response == b"y"
 
 
-# A blocking hedged sync call runs on its caller's thread while it has one attempt out (sync/_hedged.py): its events
+# A blocking hedged sync call's caller polls the attempts it makes (sync/_caller.py): its events
 # come on that thread, grpcio's or the timer thread, which would only log an exception.
 
 
@@ -325,12 +324,11 @@ def test_a_blocking_hedged_call_whose_machine_fails_ends_internal_once(backends,
 
 def test_a_blocking_hedged_call_whose_end_is_lost_ends_internal(backends, caplog, monkeypatch):
     """Attempt 0's end never reaches the driver (its callback suppressed) after its headers committed the call,
-    which has no deadline: nothing else would end it. The caller gets INTERNAL once the wait has nothing left to
-    wait for, instead of blocking for ever."""
+    which has no deadline: nothing else would end it. The caller, whose poll of the attempt has seen its end, gets
+    INTERNAL at once instead of blocking for ever."""
     if not pure_python():
-        pytest.skip("patches the blocking hedged call's method: plain Python only (run by CI's pure-Python pass)")
-    monkeypatch.setattr(HedgedBlockingCall, "_on_end", lambda self, attempt: None)
-    monkeypatch.setattr(grpc_retry.sync._hedged, "END_GRACE", 0.5)
+        pytest.skip("patches the call's method: plain Python only (run by CI's pure-Python pass)")
+    monkeypatch.setattr(_Driver, "_headers_first_ended", lambda self, n, attempt: None)
     backends[0].script(UNARY, Step(headers=(("k", "v"),), headers_lead=0.2))
     config = hedging_config(delay="0.1s")
     with grpc_retry.insecure_channel(target(backends), options=[("grpc.service_config", config)]) as ch:

@@ -23,7 +23,7 @@ from concurrent import futures
 import grpc, grpc_retry, grpc_retry.aio
 from grpc_retry._compiled import pure_python
 from grpc_retry.aio import _driver
-from grpc_retry.sync import _nonblocking
+from grpc_retry.sync import _driver as _sync_driver
 
 api, action = sys.argv[1], sys.argv[2]
 assert pure_python()
@@ -35,7 +35,7 @@ logging.getLogger("grpc_retry").addHandler(Logged())
 
 def bug(self, *args):
     raise RuntimeError("a bug performing " + action)
-setattr(_driver._Call if api == "aio" else _nonblocking._NonBlocking, action, bug)
+setattr(_driver._Call if api == "aio" else _sync_driver._Driver, action, bug)
 
 server = grpc.server(futures.ThreadPoolExecutor(4))
 server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(

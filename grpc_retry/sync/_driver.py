@@ -1,32 +1,32 @@
-"""The synchronous driver of futures, response streams and hedged blocking calls (`_NonBlocking`, under Call and
-StreamingCall in sync/_call.py): grpc's sync call objects over the call machine, whose attempts are grpc sync
-calls on subchannels, carrying bytes.
+"""The sync API's one call driver (`_Driver`; sync/_caller.py adds a blocking call's caller, sync/_call.py the
+application's side of Call and StreamingCall): grpc's sync call objects over the call machine, whose attempts are
+grpcio sync calls on subchannels, carrying bytes.
 
 One lock per call: events are decided under it, and the actions they bring are performed outside it, in order,
-by whichever thread brought them (grpc-java's RetriableStream shape). A blocking unary call runs its attempts
-inline on the caller's thread, and so does a blocking stream-unary call (sync/_request_stream.py). Futures and
-response iterators progress on grpc's done callbacks, the shared timer thread and subchannel listeners; nothing
-here ever calls a grpcio method that can block from grpcio's own thread (an ended attempt's status is read from
-its state). A hedged unary attempt reports its headers and its end from grpcio's spin thread
-(the direct transport's SyncHeadersFirst), or, in a blocking call, from the caller's thread, which polls it as it waits
-(polled_result); another hedge's first answer needs a blocking read, so it is watched from one of its channel's
-worker threads until it answers or ends; whoever reads a response stream reads the attempt. Closing the channel
-ends every call: through the subchannels' close, as grpcio's close ends its own calls, for attempts in flight;
-with grpcio's "Channel closed!" for calls in backoff or waiting.
+by whichever thread brought them (grpc-java's RetriableStream shape). A blocking call's caller makes and runs each
+attempt the machine starts while its thread is free (sync/_caller.py); every other attempt reports itself: its end
+from grpcio's spin thread (or a done callback), a hedged unary attempt its headers too; another hedge's first
+answer needs a blocking read, so it is watched from one of its channel's worker threads until it answers or ends;
+whoever reads a response stream reads the attempt. Timers fire on the shared timer thread, unless the caller keeps
+them; waits for a subchannel end on its listener. Nothing here ever calls a grpcio method that can block from
+grpcio's own thread (an ended attempt's status is read from its end record). Closing the channel ends every call:
+through the subchannels' close, as grpcio's close ends its own calls, for attempts in flight; with grpcio's
+"Channel closed!" for calls in backoff or waiting.
 """
 
 from __future__ import annotations
 
-import collections
-import threading
+from collections import deque
 from functools import partial
+from threading import Lock, get_ident
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set
 
 import grpc
 
 from grpc_retry._core import CANCEL, DELIVER, END, START, TIMER, UNWAIT, WAIT, CallMachine
 from grpc_retry._transport import transport as internals
+from grpc_retry._transport.ends import end_record
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
@@ -36,6 +36,7 @@ from grpc_retry._driver import (
     CANCELLED_DETAILS,
     CLOSED_DETAILS,
     INF,
+    INTERNAL_DETAILS,
     log,
 )
 from grpc_retry._timer import TIMERS
@@ -44,7 +45,6 @@ from grpc_retry.sync._attempts import (
     ENDED,
     HALF_CLOSE,
     _Attempts,
-    poll_elsewhere,
     read_message,
     requests_of,
     run_callback,
@@ -52,118 +52,151 @@ from grpc_retry.sync._attempts import (
 
 _OK = grpc.StatusCode.OK
 _DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
+LOST_END_DETAILS = f"{INTERNAL_DETAILS}: the call's end was lost"
+UNUSED: Any = None  # what a call holds in place of a structure only other shapes of call use
 
 
-_C = TypeVar("_C", bound="_NonBlocking")
+# How a blocking call's caller makes the attempts it takes (see _Driver; none: a future or a stream)
+NO_CALLER = 0
+EXCHANGE = 1  # a unary exchange, waited for as grpcio's blocking call waits (its timer: its deadline)
+POLLED = 2    # a unary attempt that shows its headers first, polled by the caller (others report elsewhere)
+STREAMED = 3  # a stream-unary attempt, its requests sent by a worker of the channel's
 
 
-class _NonBlocking(_Attempts):
-    """A non-blocking call's state and work (an extension type, sync/_nonblocking.pxd); sync/_call.py adds what
-    the application's threads do, and grpcio's abstract classes."""
+class _Driver(_Attempts):
+    """A call's state and work (an extension type, sync/_driver.pxd); sync/_caller.py adds what a blocking call's
+    caller does, sync/_call.py what the application's threads do, and grpcio's abstract classes."""
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
                  serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                 compression: Any, polled: bool = False, inline: Any = None) -> None:
-        if inline is None:
-            self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression,
-                                request_iterator is not None)
-        else:  # a call handed over by its inline driver (see adopting): what the attempts are started with
-            self._same_call(inline)
-        self._lock = threading.Lock()
-        # A blocking hedged unary call: its caller's thread, waiting for the end (polled_result), drives one
-        # attempt at a time on that attempt's own queue, as grpcio's blocking call does; other attempts report
-        # from grpcio's spin thread. `_poller`: an attempt is made (or being made) for it, and not yet polled.
-        self._polled = polled
-        self._blocking = polled  # nothing sees the call before it ends: see _headers_came
-        self._poller = False
-        self._unpolled: Any = None
-        self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended
-        self._queue: Deque[Action] = collections.deque()   # decided, not yet performed
+                 compression: Any) -> None:
+        """A future or a response stream, started."""
+        self._init_call(method, machine, request, request_iterator, serializer, metadata, credentials,
+                        wait_for_ready, compression, NO_CALLER)
+        self._begin()
+        if self._refusal is not None:  # grpcio refused the first attempt (metadata it cannot send): as grpcio,
+            raise self._refusal        # the call site raises (the call has ended, INTERNAL)
+
+    def _init_call(self, method: Any, machine: CallMachine, request: Optional[bytes], request_iterator: Any,
+                   serializer: Any, metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
+                   compression: Any, caller: int) -> None:
+        """What the constructor does but start the call (a blocking call's caller starts it: run()), as a C call
+        (a constructor's arguments are packed and parsed again)."""
+        self._init_attempts(method, machine, request, metadata, credentials, wait_for_ready, compression,
+                            request_iterator is not None)
+        self._lock = Lock()
+        # A blocking call's caller (run()): how its thread makes the attempts it takes (EXCHANGE, POLLED, STREAMED).
+        # It takes each attempt the machine starts while it is free (`_job`), and keeps the machine's timer while
+        # nothing it does not run is out (`_kept_at`); other attempts report from grpcio's threads and the timer's.
+        self._kind = caller
+        self._caller = caller != NO_CALLER   # ... and its thread is in run(), free to take an attempt
+        self._busy = False                    # ... running one now
+        self._job: Any = None                 # (n, address, previous): an attempt for it to make
+        self._thread = 0                      # its thread's identity
+        self._kept_at = INF                   # the machine's timer, kept by it: due then
+        self._kept_token = 0
+        self._with_call = False
+        self._changed = Waiters(self._lock)  # an attempt started, ended or won; the call ended; a job or a timer
+        self._queue: Deque[Action] = deque()   # decided, not yet performed
         self._draining = False
         self._hedged = machine.hedging
         self._watched = machine.watched  # hedged, or timed per attempt: each attempt's first answer is watched
         self._live: Set[int] = set()          # attempts the machine counts as live
         self._attempts: Dict[int, Any] = {}   # their grpcio calls, once started
         self._last: Any = None                # the attempt whose status the machine heard last, and its response
-        self._responses: Dict[int, Any] = {}  # hedges of a unary call: a response read by the watcher
+        # Read ahead (response streams, request streams; None where nothing reads ahead):
+        ahead = method.attempt_streams or request_iterator is not None
+        self._responses: Dict[int, Any] = {} if ahead else UNUSED  # a hedge's response its watcher read
         self._current = -1                    # the attempt in flight (not hedged): the one a reader reads ahead
         self._peek: Any = None                # (n, first message of n), read before n won
-        self._reads: Set[int] = set()         # attempts whose first message is being read before they won
-        self._deferred: Dict[int, Any] = {}   # ... and which ended meanwhile: their end waits for that read
-        self._timer: Any = None
+        self._reads: Set[int] = set() if ahead else UNUSED  # attempts whose first message is being read before
+        # they won, and those which ended meanwhile: their end waits for that read
+        self._deferred: Dict[int, Any] = {} if ahead else UNUSED
+        self._timer: Any = None               # the timer thread's handle of the machine's timer, if armed
+        self._armed_at = INF                  # ... due then
+        self._armed_token = 0                 # ... decided with this token
         # Bumped as each TIMER (WAIT, UNWAIT) is decided: a timer (listener) armed for an earlier one is stale.
         # The actions are performed later, in order: each takes the token of its own decision from `_tokens`.
         self._timer_token = 0
         self._wait_token = 0
-        self._tokens: Deque[int] = collections.deque()
+        self._tokens: Deque[int] = deque()
         self._listener: Optional[Callable[[], None]] = None
         self._ending = False                  # the machine has decided the end
         self._finished = False  # set (under the lock) as the call ends; _changed tells it
         self._local_details = CANCELLED_DETAILS
         self._delivered = False               # a response message reached the application
-        self._call_callbacks: List[Callable[[], None]] = []
-        self._done_callbacks: List[Callable[[Any], None]] = []
+        self._call_callbacks: Optional[List[Callable[[], None]]] = None  # (made as the first is added)
+        self._done_callbacks: Optional[List[Callable[[Any], None]]] = None
         self._calls = method.calls
         # request streams
         self._requests: Any = None if request_iterator is None else requests_of(request_iterator)
         self._serializer = serializer
-        self._outboxes: Dict[int, Deque[Any]] = {}
+        self._outboxes: Dict[int, Deque[Any]] = UNUSED if request_iterator is None else {}
         self._pulling = False
         self._exhausted = request_iterator is None
         self._calls.add(self)
         self._refusal: Optional[Exception] = None
-        if inline is not None:
-            return
-        self._event(lambda: machine.start(monotonic(), request))
-        if self._refusal is not None:  # grpcio refused the first attempt (metadata it cannot send): as grpcio,
-            raise self._refusal        # the call site raises (the call has ended, INTERNAL)
 
-    @classmethod
-    def adopting(cls: Type[_C], inline: Any, actions: List[Action], attempt: Any, timer_at: float) -> _C:
-        """(Under `inline`'s lock.) A blocking hedged call that its inline driver (sync/_hedged.py) hands over,
-        with its machine's state: attempt 0 if still out (`attempt`; its caller's thread may be polling it), the
-        timer the machine has armed (`timer_at`), and `actions`, what the machine has just decided. The caller
-        must then _drain() it (outside its lock)."""
-        call = cls(inline._method, inline._machine, inline._request, None, None, None, None, None, None, True,
-                   inline)
-        with call._lock:
-            if attempt is not None:
-                call._live.add(0)
-                call._attempts[0] = attempt
-                call._poller = attempt.polled
-            if timer_at != INF:
-                actions = [(TIMER, timer_at)] + actions
-            call._note(actions)
-            call._claim_drain()
-        return call
+    def _begin(self) -> None:
+        """The call's start, for the machine."""
+        self._lock.acquire()
+        try:
+            decided = self._machine.start(monotonic(), self._request)
+        except Exception:  # a bug: the call ends INTERNAL, not with the bug's exception
+            decided = self._broken()
+        self._told(decided)
 
     # -- events: decided under the lock, performed outside it --------------------------------------------------
 
     def _event(self, decide: Callable[[], List[Action]], n: int = -1) -> None:
         """Feed an event to the machine (`decide`, called under the lock), then perform what it decided, in
         order, unless a thread is already at it. An event of attempt n (>= 0) is dropped once the machine no
-        longer counts n as live (cancelled, or its end already told)."""
-        with self._lock:
+        longer counts n as live (cancelled, or its end already told). (The events on a call's path do the same
+        inline: _told.)"""
+        lock = self._lock
+        lock.acquire()  # (not `with`, on the call's path: compiled, a `with` binds two of the lock's methods)
+        try:
             if self._ending or n >= 0 and n not in self._live:
                 return
             try:
                 decided = decide()
             except Exception:  # a bug (the event runs on a timer's or grpcio's thread): end the call, not leave it
-                self._local_details = driver.INTERNAL_DETAILS
-                decided = driver.broken(self._live)
-            self._note(decided)
-            if not self._claim_drain():
-                return
-            actions = list(self._queue)  # (taken here: one lock round less per event)
-            self._queue.clear()
-        self._drain(actions)
+                decided = self._broken()
+            actions = self._take(decided)
+        finally:
+            lock.release()
+        if actions is not None:
+            self._drain(actions)
 
-    def _claim_drain(self) -> bool:
-        """(Under the lock.) Whether this thread performs the queued actions (no other thread is at it)."""
+    def _broken(self) -> List[Action]:
+        """(Under the lock, in an exception handler.) What ends the call when its machine failed (a bug)."""
+        self._local_details = driver.INTERNAL_DETAILS
+        return driver.broken(self._live)
+
+    def _take(self, decided: List[Action]) -> Optional[List[Action]]:
+        """(Under the lock.) Note what the machine decided, and queue it; what this thread is to perform now (all
+        that is queued), or None if another thread is at it."""
+        self._note(decided)
+        queue = self._queue
         if self._draining:
-            return False
+            queue.extend(decided)
+            return None
         self._draining = True
-        return True
+        if not queue:
+            return decided
+        queue.extend(decided)
+        actions = list(queue)
+        queue.clear()
+        return actions
+
+    def _told(self, decided: List[Action]) -> None:
+        """(Holding the lock, which this releases.) Perform what an event decided, as _event() does."""
+        try:
+            actions = self._take(decided)
+        finally:
+            self._lock.release()
+        if actions is not None:
+            self._drain(actions)
 
     def _note(self, actions: List[Action]) -> None:
         """What later events are checked against, noted as the machine decides (under the lock)."""
@@ -183,7 +216,6 @@ class _NonBlocking(_Attempts):
                 self._wait_token += 1
             elif kind == DELIVER or kind == END:
                 self._ending = True
-        self._queue.extend(actions)
 
     def _drain(self, actions: Optional[List[Action]] = None) -> None:
         """(The thread that claimed the drain.) Perform `actions` (taken off the queue already), then what is
@@ -191,12 +223,16 @@ class _NonBlocking(_Attempts):
         queue = self._queue
         while True:
             if actions is None:
-                with self._lock:  # what is queued so far, taken at once (each is performed in order)
+                lock = self._lock
+                lock.acquire()  # what is queued so far, taken at once (each is performed in order)
+                try:
                     if not queue:
                         self._draining = False
                         return
                     actions = list(queue)
                     queue.clear()
+                finally:
+                    lock.release()
             if self._obs is not None:
                 self._obs.flush()  # what the machine decided to get these actions, exported first
             for action in actions:
@@ -211,14 +247,21 @@ class _NonBlocking(_Attempts):
     # -- actions (performed in order, outside the lock) ---------------------------------------------------------
 
     def _start(self, n: int, address: int, previous: int) -> None:
+        if (self._caller and self._thread == get_ident() and not self._busy and self._job is None
+                and self._requests is None):
+            # The caller's thread, performing what it decided, is free: it makes the attempt next (run()). (No
+            # lock: only the thread performing actions sets a job, and only the caller's takes one or is busy.)
+            self._job = (n, address, previous)
+            return
         with self._lock:
             if n not in self._live:
                 return  # cancelled before it started
             if self._requests is not None:
-                self._outboxes[n] = collections.deque()
-            pollable = self._polled and not self._poller
-            if pollable:
-                self._poller = True
+                self._outboxes[n] = deque()  # (what the machine writes to it from now on)
+            if self._caller and not self._busy and self._job is None:
+                self._job = (n, address, previous)  # the caller's thread makes it (run())
+                self._changed.notify_all()
+                return
         method = self._method
         try:
             inner = method.inner(address)
@@ -226,9 +269,9 @@ class _NonBlocking(_Attempts):
             payload = self._request if self._requests is None else self._attempt_requests(n)
             reports = method.reports_end  # the attempt reports its end itself (else: grpcio's callback)
             told = False  # it tells its headers itself (else a timed or hedged attempt's are waited for)
-            if method.headers_first:  # a hedged unary attempt that reports itself (see polled_result)
+            if method.headers_first:  # a hedged unary attempt that reports itself from grpcio's spin thread
                 call = inner(payload, on_headers=partial(self._headers_came, n),
-                             on_end=partial(self._headers_first_ended, n), pollable=pollable, **kwargs)
+                             on_end=partial(self._headers_first_ended, n), **kwargs)
             elif reports and self._watched and not self._hedged:
                 # A timed response stream's attempt: its headers, told from grpcio's spin thread where the
                 # transport can, stop its timer without a thread waiting for them.
@@ -251,29 +294,15 @@ class _NonBlocking(_Attempts):
             else:
                 call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
-            if pollable:
-                with self._lock:
-                    self._poller = False
-                    self._changed.notify_all()
             self._not_started(error)
             return
         method.attempt_started(address)
-        elsewhere = False
         with self._lock:
-            if pollable:
-                if not call.polled:
-                    self._poller = False
-                elif self._polled:
-                    self._unpolled = call
-                else:  # the caller has gone meanwhile (interrupted): the attempt is cancelled, and polled elsewhere
-                    elsewhere = True
             if n in self._live or not call.done():  # else it ended already, and the machine heard its status
                 self._attempts[n] = call
             if not self._watched or told:  # the one attempt out: a reader reads ahead on it
                 self._current = n
             self._changed.notify_all()
-        if elsewhere:
-            poll_elsewhere(method, call)
         if method.headers_first:
             return
         if self._watched and not told:
@@ -311,8 +340,10 @@ class _NonBlocking(_Attempts):
     def _cancel_attempt(self, n: int) -> None:
         with self._lock:
             call = self._attempts.pop(n, None)
-            self._outboxes.pop(n, None)
-            self._responses.pop(n, None)
+            if self._outboxes is not None:
+                self._outboxes.pop(n, None)
+            if self._responses:
+                self._responses.pop(n, None)
             if self._current == n:
                 self._current = -1
             self._changed.notify_all()
@@ -320,27 +351,57 @@ class _NonBlocking(_Attempts):
             call.cancel()
 
     def _commit(self, n: int) -> None:
-        if not self._blocking:
+        if not self._caller:
             with self._lock:
                 self._changed.notify_all()  # readers waiting for a winner (a blocking call has none)
 
     def _arm(self, at: float) -> None:
-        # Under the call's lock throughout: a timer's cancel() takes no lock, and the timer thread calls back
-        # holding none of its own, so scheduling here cannot deadlock with _on_timer.
-        with self._lock:
+        # Scheduled under the call's lock: the timer thread calls back holding none of its own, so this cannot
+        # deadlock with _due.
+        if at == INF and self._timer is None and self._kept_at == INF:
+            self._tokens.popleft()  # (nothing armed to disarm: the draining thread alone pops tokens)
+            return
+        lock = self._lock
+        lock.acquire()
+        try:
             timer, self._timer = self._timer, None
             token = self._tokens.popleft()
-            if timer is not None:
-                timer.cancel()
+            self._kept_at = INF
             if at != INF and self._timer_token == token and not self._ending:
-                self._timer = TIMERS.schedule(at - monotonic(), partial(self._on_timer, token))
+                if self._caller and (self._kind != POLLED or not self._live):
+                    # The caller's thread keeps it: the attempts out are the caller's, which run to their end
+                    self._kept_at, self._kept_token = at, token
+                    self._changed.notify_all()
+                else:
+                    self._armed_at, self._armed_token = at, token
+                    self._timer = TIMERS.schedule(at - monotonic(), self._due, False, self._method)
+        finally:
+            lock.release()
+        if timer is not None:
+            timer.cancel()  # (takes no lock)
 
-    def _on_timer(self, token: int) -> None:
-        with self._lock:
-            if self._timer_token != token:
-                return
-            self._timer = None
-        self._event(lambda: self._machine.timer(monotonic()) if self._timer_token == token else [])
+    def _due(self) -> None:
+        """(The timer thread.) The machine's timer is due, unless it was superseded as it fired."""
+        self._lock.acquire()
+        if self._timer is None or monotonic() < self._armed_at:
+            self._lock.release()
+            return
+        self._timer = None
+        self._fire(self._armed_token)
+
+    def _fire(self, token: int) -> None:
+        """(Holding the lock, which this releases.) The timer of the TIMER decided with `token` fires, unless a
+        later one was decided since."""
+        if self._ending or self._timer_token != token:
+            self._lock.release()
+            return
+        try:
+            decided = self._machine.timer(monotonic())
+            if self._machine.headers_ahead:
+                self._method.headers_early()
+        except Exception:  # a bug (on the timer thread, which would only log it): end the call, not leave it
+            decided = self._broken()
+        self._told(decided)
 
     def _wait(self, generation: int) -> None:
         with self._lock:
@@ -382,21 +443,29 @@ class _NonBlocking(_Attempts):
             self._finish()
 
     def _finish(self) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             timer, self._timer = self._timer, None
-            self._outboxes.clear()
+            if self._requests is not None:
+                self._outboxes.clear()
             self._finished = True
             self._changed.notify_all()
-            call_callbacks, self._call_callbacks = self._call_callbacks, []
-            done_callbacks, self._done_callbacks = self._done_callbacks, []
+            call_callbacks, self._call_callbacks = self._call_callbacks, None
+            done_callbacks, self._done_callbacks = self._done_callbacks, None
+        finally:
+            lock.release()
         if timer is not None:
             timer.cancel()
-        self._unwait()
+        if self._listener is not None:
+            self._unwait()
         self._calls.discard(self)
-        for callback in call_callbacks:
-            run_callback(callback)
-        for done_callback in done_callbacks:
-            run_callback(done_callback, self)
+        if call_callbacks:
+            for callback in call_callbacks:
+                run_callback(callback)
+        if done_callbacks:
+            for done_callback in done_callbacks:
+                run_callback(done_callback, self)
 
     # -- what the attempts report -------------------------------------------------------------------------------
 
@@ -408,16 +477,17 @@ class _NonBlocking(_Attempts):
     def _status(self, n: int, call: Any, watched_unary: bool = False) -> List[Action]:
         """(Under the lock.) Attempt n's status, read without blocking, for the machine (`watched_unary`: a watched
         unary attempt, whose response or headers with metadata may have come with its end)."""
-        if n in self._reads:
+        if self._reads and n in self._reads:
             self._deferred[n] = call
             return []
         code, details, trailing, _, initial = internals.sync_status(call)
         self._live.discard(n)
         self._attempts.pop(n, None)
-        self._outboxes.pop(n, None)
+        if self._outboxes is not None:
+            self._outboxes.pop(n, None)
         if self._current == n:
             self._current = -1
-        response = self._responses.pop(n, None)
+        response = self._responses.pop(n, None) if self._responses else None
         if response is None and code is _OK and self._method.unary_response:
             response = internals.sync_response(call)
         self._last = call, response
@@ -428,18 +498,45 @@ class _NonBlocking(_Attempts):
         return self._machine.status(n, 0 if code is _OK else code.value[0], details, trailing, monotonic(),
                                     bool(initial), watched_unary and internals.sync_response(call) is not None)
 
+    def _unary_ended(self, n: int, attempt: Any) -> List[Action]:
+        """(Under the lock.) A watched unary attempt's end, from its end record, for the machine: its headers and
+        response as its end leaves them (a Trailers-Only response's headers are empty: headers with metadata were
+        real ones, which commit the call, whether they were told before its end or not)."""
+        state = end_record(attempt)
+        code = state.code
+        assert code is not None  # (it has ended)
+        self._live.discard(n)
+        self._attempts.pop(n, None)
+        if self._current == n:
+            self._current = -1
+        if attempt.polled:  # its end, told on the caller's thread: free to take the next attempt
+            self._busy = False
+        response = state.response
+        self._last = attempt, response if code is _OK else None
+        self._changed.notify_all()
+        # (0 for OK without StatusCode.value: an enum's property, interpreted Python even where the caller is compiled)
+        return self._machine.status(n, 0 if code is _OK else code.value[0], state.details, state.trailing_metadata,
+                                    monotonic(), bool(state.initial_metadata), response is not None)
+
     def _headers_came(self, n: int, attempt: Any) -> None:
         """A watched attempt's headers came, told by the attempt itself (grpcio's spin thread)."""
         empty = not attempt.initial_metadata()
         self._event(lambda: self._machine.headers(n, monotonic(), empty), n)
 
     def _headers_first_ended(self, n: int, attempt: Any) -> None:
-        """A watched unary attempt ended (grpcio's spin thread): a response commits the call to it (unless its
-        headers did already), then its status goes to the machine."""
-        self._event(lambda: self._status(n, attempt, True), n)
-        if self._machine.headers_ahead:
-            self._method.headers_early()
-
+        """A watched unary attempt ended (grpcio's spin thread, or the caller polling it): a response commits the
+        call to it (unless its headers did already), then its status goes to the machine."""
+        self._lock.acquire()
+        if self._ending or n not in self._live:
+            self._lock.release()
+            return
+        try:
+            decided = self._unary_ended(n, attempt)
+            if self._machine.headers_ahead:
+                self._method.headers_early()
+        except Exception:  # a bug (on grpcio's thread, which would only log it): end the call, not leave it
+            decided = self._broken()
+        self._told(decided)
 
     def _watch(self, n: int, call: Any) -> None:
         """A hedge, on the watch pool: report its first answer (headers, or a message), which commits the call;
@@ -500,10 +597,9 @@ class _NonBlocking(_Attempts):
                 ended = self._deferred.pop(n, None)
                 if ended is not None and not self._ending and n in self._live:
                     actions = actions + self._status(n, ended)
-                self._note(actions)
-                drain = self._claim_drain()
-            if drain:
-                self._drain()
+                taken = self._take(actions)
+            if taken is not None:
+                self._drain(taken)
         return message
 
     def _answer(self, n: int) -> List[Action]:
