@@ -279,12 +279,13 @@ cdef class CallMachine:
             # response's are as empty as real ones (grpcio reports headers that come with the status as empty).
             answered = response or headers
             if not answered and a.quiet_until <= now:  # its silence after empty headers lasted: it answered
-                self.headers_ahead = answered = True
+                self._ahead()
+                answered = True
                 answered_at = a.quiet_until - _HEADERS_GRACE
             if answered and (code != STATUS_OK or self.hedging):
                 self._answer(n, a, answered_at, out)
         elif self._heard_at >= 0 and now - self._heard_at >= _EARLY_HEADERS:
-            self.headers_ahead = True
+            self._ahead()
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
         kind = transparent_kind(code, details) if code != STATUS_OK else -1
@@ -474,8 +475,15 @@ cdef class CallMachine:
                 first = i
         if first >= 0:
             a = <_Attempt>self._attempts[first]
-            self.headers_ahead = True
+            self._ahead()
             self._answer(first, a, a.quiet_until - _HEADERS_GRACE, out)
+
+    cdef void _ahead(self):
+        """Its server sent response headers ahead of the response: its method's first attempts show their headers
+        first from now on."""
+        self.headers_ahead = True
+        if self.watch is not None:
+            self.watch.early = True
 
     cdef _Attempt _live(self, int n, str event):
         if self.state == DONE or n < 0 or n >= len(self._attempts) or not (<_Attempt>self._attempts[n]).live:

@@ -59,7 +59,7 @@ class ChannelState:
         self.calls: Set[Any] = set()
         self.closed = False
         self._policies: Dict[str, CallPolicy] = {}
-        self.watches: Dict[str, Any] = {}  # per hedged method: its _method.HeadersWatch
+        self.watches: Dict[str, Any] = {}  # per hedged method: its HeadersWatch (the core's)
         self._route_policy: Optional[RetryPolicy] = None
         self.routes: Dict[RetryPolicy, ChannelState] = {}  # routed(): one view per retry policy of the routes
         self._views: weakref.WeakSet[ChannelState] = weakref.WeakSet()  # every view a call may hold, for close()

@@ -24,6 +24,13 @@ cdef class RetryThrottle:
     cpdef bint allows_retry(self)
 
 
+cdef class HeadersWatch:
+    cdef readonly long first, every      # its first calls show their headers first, then one in every `every`
+    cdef readonly long calls             # hedged calls started
+    cdef public bint early               # its server was seen sending response headers ahead of a response
+    cpdef bint first_whole(self)
+
+
 cdef class HedgingControl:
     cdef readonly double quantile        # 0: the delay is the config's
     cdef readonly double floor           # the config's hedgingDelay
@@ -179,6 +186,7 @@ cdef class CallMachine:
     cdef double _heard_at       # when headers with metadata committed the call (-1: they did not)
     cdef int _quiet             # attempts whose empty headers came
     cdef readonly bint headers_ahead  # the winner answered well before its status: see HeadersWatch
+    cdef public HeadersWatch watch    # the method's (hedged unary-unary calls; else None): told of it
     cdef public list notes      # decisions, for telemetry (None: not kept)
     cpdef list start(self, double now, object request=*)
     cpdef list send_message(self, bytes data, double now)
@@ -198,6 +206,7 @@ cdef class CallMachine:
     cdef list _answered(self, int n, str event, double now)
     cdef void _answer(self, int n, _Attempt a, double now, list out) except *
     cdef void _silence_lasted(self, double now, list out) except *
+    cdef void _ahead(self)
     cdef _Attempt _live(self, int n, str event)
     cdef void _buffer(self, bytes data, double now, list out) except *
     cdef void _overflow(self, double now, list out) except *

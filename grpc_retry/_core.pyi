@@ -36,6 +36,8 @@ COMMIT_ANSWER: int
 COMMIT_OVERFLOW: int
 HEADERS_GRACE: float
 EARLY_HEADERS: float
+WATCH_FIRST: int
+WATCH_EVERY: int
 PICK_FIRST: int
 ROUND_ROBIN: int
 BUCKET_ERROR: float
@@ -70,6 +72,14 @@ class BufferPool:
     capacity: int
     used: int
     def __init__(self, capacity: int) -> None: ...
+
+class HeadersWatch:
+    first: int
+    every: int
+    calls: int
+    early: bool
+    def __init__(self, first: int = ..., every: int = ...) -> None: ...
+    def first_whole(self) -> bool: ...
 
 class HedgingControl:
     quantile: float
@@ -171,6 +181,7 @@ class CallMachine:
     recv_timeouts: int
     recv_timeout_ended: bool
     headers_ahead: bool
+    watch: Optional[HeadersWatch]
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]

@@ -1,15 +1,8 @@
+from grpc_retry._core cimport HeadersWatch
 from grpc_retry._telemetry cimport Telemetry
 
 # Compiled as an extension type (the .py stays its source): see setup.py. The channels' methods are
 # Python classes over it.
-
-cdef class HeadersWatch:
-    cdef object _method
-    cdef public long _calls
-    cdef public bint _early
-    cpdef bint first_whole(self)
-    cpdef headers_early(self)
-
 
 cdef class Method:
     cdef public object _state, _method, _serializer, deserializer, _inner, _policy, _attempt_kind, direct
@@ -18,6 +11,7 @@ cdef class Method:
     cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
     cdef public Telemetry _telemetry
     cdef public object _addresses, _started
+    cdef public bint _early_said
     cdef public HeadersWatch _watch
     cpdef inner(self, index)
     cpdef bint first_whole(self)

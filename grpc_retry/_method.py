@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import grpc
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import CallMachine
+from grpc_retry._core import WATCH_EVERY, WATCH_FIRST, CallMachine, HeadersWatch
 from grpc_retry._stats import ChannelStats, ThrottleState, throttle_state
 from grpc_retry._telemetry import CallTelemetry
 
@@ -25,47 +25,8 @@ Compression = Optional[grpc.Compression]
 _INF = math.inf
 log = logging.getLogger("grpc_retry")  # (not _driver's: _driver is built on this module)
 STREAMING_SHAPES = ("unary_stream", "stream_stream")
-# HeadersWatch: which of a hedged method's calls show their first attempt's headers first (its first WATCH_FIRST, then
-# one in every WATCH_EVERY), and how far ahead of its response a header counts as sent ahead of it (seconds).
-WATCH_FIRST = 16
-WATCH_EVERY = 32
-EARLY_HEADERS = 0.02
 UNDESERIALIZABLE = object()  # what deserialize() returns when the application's deserializer failed
 DESERIALIZE_FAILED = "Exception deserializing response!"
-
-
-class HeadersWatch:
-    """Whether a hedged unary-unary call's first attempt may be one batch, as an unhedged call's is (per channel
-    and method). Its headers then show with its response; the second batch a headers-first attempt needs (C-core
-    tells headers only through a batch of their own) is ~15% of such a call's instructions.
-
-    A6 commits a hedged call on response headers, and while the first attempt is out alone nothing waits on them
-    but the next hedge's timer. Servers send a unary response's headers with it (A6 asks them to, unless the
-    application sends them early): one batch then decides as the headers would have. A server that sends them well
-    ahead (EARLY_HEADERS) would see a hedge go out that its headers should have stopped; so the method's first
-    WATCH_FIRST calls, one in every WATCH_EVERY after, and every hedge show their headers first, and once one
-    showed them ahead, every first attempt does from then on."""
-
-    __slots__ = ("_method", "_calls", "_early")
-
-    def __init__(self, method: str) -> None:
-        self._method = method
-        self._calls = 0       # hedged calls started
-        self._early = False   # the server was seen sending response headers ahead of a response
-
-    def first_whole(self) -> bool:
-        if self._early:
-            return False
-        calls = self._calls = self._calls + 1
-        return calls > WATCH_FIRST and calls % WATCH_EVERY != 0
-
-    def headers_early(self) -> None:
-        """A headers-first attempt's headers came ahead of its response (EARLY_HEADERS), or empty and followed by
-        silence."""
-        if not self._early:
-            self._early = True
-            log.debug("grpc_retry: %s sends response headers ahead of its response: hedged calls now see each "
-                      "attempt's headers first", self._method)
 
 
 class Method:
@@ -75,7 +36,7 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "reports_end", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
-                 "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch")
+                 "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
 
@@ -111,8 +72,9 @@ class Method:
         if hedged and kind == "unary_unary" and (self.direct or self.headers_first):
             watch = state.watches.get(method)
             if watch is None:
-                watch = state.watches[method] = HeadersWatch(method)
+                watch = state.watches[method] = HeadersWatch(WATCH_FIRST, WATCH_EVERY)
             self._watch = watch
+        self._early_said = False
 
     def inner(self, index: int) -> Any:
         """This method on subchannel `index`. Attempts carry bytes: the application's (de)serializers run once per
@@ -124,12 +86,21 @@ class Method:
         return entry[1]
 
     def first_whole(self) -> bool:
-        """(Hedged unary-unary calls.) Whether a starting call's first attempt may be one batch: HeadersWatch."""
-        return self._watch is not None and self._watch.first_whole()
+        """(Hedged unary-unary calls.) Whether a starting call's first attempt may be one batch (the core's
+        HeadersWatch, which each call's machine tells when its server sends headers ahead)."""
+        watch = self._watch
+        if watch is None:
+            return False
+        if watch.early and not self._early_said:
+            self._early_said = True
+            log.debug("grpc_retry: %s sends response headers ahead of its response: hedged calls now see each "
+                      "attempt's headers first", self._method)
+        return watch.first_whole()
 
     def headers_early(self) -> None:
+        """A timed attempt ended at its perAttemptRecvTimeout with headers: its server sends them ahead."""
         if self._watch is not None:
-            self._watch.headers_early()
+            self._watch.early = True
 
     def attempt_started(self, index: int) -> None:
         """(Sync drivers.) An attempt has just been started on subchannel `index`: a name's subchannels read their
@@ -173,9 +144,12 @@ class Method:
             limit = timeout
         if wait_for_ready is None:
             wait_for_ready = self._wait_for_ready
-        return CallMachine(self._policy, self._throttle, self._pool, self._picker, self._per_rpc_buffer,
-                           _INF if limit == _INF else monotonic() + limit, self._state.rng, self._enable_retries,
-                           bool(wait_for_ready), unary_request)
+        machine = CallMachine(self._policy, self._throttle, self._pool, self._picker, self._per_rpc_buffer,
+                              _INF if limit == _INF else monotonic() + limit, self._state.rng, self._enable_retries,
+                              bool(wait_for_ready), unary_request)
+        if self._watch is not None:
+            machine.watch = self._watch
+        return machine
 
 
 class RetryStatistics:

@@ -370,8 +370,6 @@ class _Call(CallDriver):
         if response is not _EOF:
             self._response = response
         self._ended(n, attempt, bool(aio_initial_metadata(attempt)), response is not _EOF)
-        if self._machine.headers_ahead:
-            self._method.headers_early()
 
     def _direct_ended(self, n: int, attempt: AioAttempt, response: Any) -> None:
         """A unary-unary attempt as one batch (unhedged, or a hedged call's first: `_start`) ended, with its

@@ -397,8 +397,6 @@ class _Driver(_Attempts):
             return
         try:
             decided = self._machine.timer(monotonic())
-            if self._machine.headers_ahead:
-                self._method.headers_early()
         except Exception:  # a bug (on the timer thread, which would only log it): end the call, not leave it
             decided = self._broken()
         self._told(decided)
@@ -532,8 +530,6 @@ class _Driver(_Attempts):
             return
         try:
             decided = self._unary_ended(n, attempt)
-            if self._machine.headers_ahead:
-                self._method.headers_early()
         except Exception:  # a bug (on grpcio's thread, which would only log it): end the call, not leave it
             decided = self._broken()
         self._told(decided)

@@ -116,7 +116,7 @@ def test_a_fatal_status_cancels_every_hedge_and_is_returned(client, backends):
 
 
 # A hedged unary call's first attempt is one batch once the method's first calls showed that its server sends
-# headers with its response (_method.HeadersWatch): the tests below watch none (WATCH_FIRST = 0).
+# headers with its response (the core's HeadersWatch, made by _method): the tests below watch none (WATCH_FIRST = 0).
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_a_first_attempt_as_one_batch_decides_as_its_headers_would(client, backe
     assert out.code == code and out.previous_attempts == previous
     assert time.monotonic() - started < 4  # no wait for the hedging delay
     assert seen(backends) == seen_after
-    assert ch.channel._state.watches[UNARY]._calls == 1
+    assert ch.channel._state.watches[UNARY].calls == 1
 
 
 def test_a_server_seen_sending_headers_ahead_has_every_first_attempt_show_them(client, backends, unwatched):
@@ -154,7 +154,7 @@ def test_a_server_seen_sending_headers_ahead_has_every_first_attempt_show_them(c
     ch = client.channel(target(backends), hedging_options(max_attempts=2, delay="0.2s"))
     first = ch.unary(UNARY, b"x", timeout=10)
     assert first.code == OK and first.previous_attempts == "1" and seen(backends) == [1, 1, 0]
-    assert ch.channel._state.watches[UNARY]._early
+    assert ch.channel._state.watches[UNARY].early
     started = time.monotonic()
     second = ch.unary(UNARY, b"x", timeout=10)
     assert second.code == OK and second.previous_attempts is None

@@ -1,7 +1,7 @@
 """The call machine's rules for an attempt's first answer, driven by scripted events: headers with metadata commit
 at once; empty headers (real ones, or a Trailers-Only response whose status is a moment behind) commit only once
-HEADERS_GRACE of silence has followed them; and `headers_ahead` tells the drivers' HeadersWatch that the winner
-answered well before its status."""
+HEADERS_GRACE of silence has followed them; and `headers_ahead` tells the method's HeadersWatch that the winner
+answered well before its status, after which the method's first attempts show their headers first."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ import math
 from test_attempt_timers import timed
 from test_machine import OK, UNAVAILABLE, hedging_policy, machine, names
 
-from grpc_retry._core import EARLY_HEADERS, HEADERS_GRACE, CallPolicy, HedgingControl
+from grpc_retry._core import (
+    EARLY_HEADERS,
+    HEADERS_GRACE,
+    WATCH_EVERY,
+    WATCH_FIRST,
+    CallPolicy,
+    HeadersWatch,
+    HedgingControl,
+)
 
 INF = math.inf
 GRACE = HEADERS_GRACE
@@ -190,3 +198,25 @@ def test_a_first_message_commits_as_headers_do_but_is_not_headers_sent_ahead():
         assert names(getattr(m, event)(0, 0.1)) == [("COMMIT", 0)]
         assert names(m.status(0, UNAVAILABLE, "x", None, 0.1 + 2 * EARLY_HEADERS)) == [("DELIVER", 0)]
         assert m.headers_ahead == (event == "headers")
+
+
+def test_a_call_whose_server_sends_headers_ahead_tells_its_methods_watch():
+    watch = HeadersWatch()
+    assert not any(watch.first_whole() for _ in range(WATCH_FIRST)) and watch.first_whole()
+    # A call's machine that sees its winner's headers well ahead of its status tells the watch: no more one batch.
+    m = machine(hedging_policy(delay=0.5))
+    m.watch = watch
+    m.start(0.0, b"x")
+    m.headers(0, 0.1, False)
+    m.status(0, OK, None, None, 0.1 + EARLY_HEADERS * 2, True, True)
+    assert m.headers_ahead and watch.early
+    assert not any(watch.first_whole() for _ in range(WATCH_EVERY * 2))
+
+
+def test_headers_with_their_response_leave_the_watch_as_it_was():
+    watch = HeadersWatch()
+    m = machine(hedging_policy(delay=0.5))
+    m.watch = watch
+    m.start(0.0, b"x")
+    m.status(0, OK, None, None, 0.1, True, True)  # one batch: headers, response and status together
+    assert not m.headers_ahead and not watch.early
