@@ -3,11 +3,13 @@
 cimport cython
 
 from grpc_retry._transport.ends cimport AttemptState, end_record
+from grpc_retry._waiters cimport Waiters
 from grpc_retry.sync._attempts cimport _Attempts
 
 
 cdef class _Driver(_Attempts):
-    cdef public object _attempts, _call_callbacks, _calls, _changed, _current, _deferred, _delivered
+    cdef public Waiters _changed
+    cdef public object _attempts, _call_callbacks, _calls, _current, _deferred, _delivered
     cdef public object _done_callbacks, _draining, _ending, _exhausted, _finished, _hedged, _watched, _last
     cdef public object _listener, _live, _local_details, _lock, _outboxes, _peek, _pulling
     cdef public object _queue, _reads, _refusal, _requests, _responses, _serializer, _timer
