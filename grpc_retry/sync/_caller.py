@@ -59,14 +59,14 @@ class _Caller(_Driver):
     def _serve(self) -> None:
         lock = self._lock
         while True:
+            if self._finished:
+                return  # (an attempt it had yet to make was cancelled with the call)
             job = self._job
             if job is not None:  # (set by this thread, or by another under the lock: see _start)
                 self._busy = True  # (first: from now on a START another thread performs does not wait for it)
                 self._job = None
                 self._run_job(job[0], job[1], job[2])
                 continue
-            if self._finished:
-                return
             lock.acquire()  # (not `with`, on the call's path: compiled, a `with` binds two of the lock's methods)
             try:
                 token = -1
@@ -85,7 +85,9 @@ class _Caller(_Driver):
                     else:
                         self._kept_at = INF
                 job, self._job = self._job, None
-                if job is not None:
+                if self._finished:
+                    job = None
+                elif job is not None:
                     self._busy = True
             finally:
                 lock.release()

@@ -248,7 +248,7 @@ class _Driver(_Attempts):
 
     def _start(self, n: int, address: int, previous: int) -> None:
         if (self._caller and self._thread == get_ident() and not self._busy and self._job is None
-                and self._requests is None):
+                and self._requests is None and n in self._live):
             # The caller's thread, performing what it decided, is free: it makes the attempt next (run()). (No
             # lock: only the thread performing actions sets a job, and only the caller's takes one or is busy.)
             self._job = (n, address, previous)

@@ -413,11 +413,12 @@ def test_a_blocking_hedged_call_waits_on_its_own_attempt(backends, monkeypatch):
 
 
 @pytest.mark.parametrize("with_call", [False, True])
-def test_a_blocking_hedged_call_hands_itself_over_when_it_needs_more_than_one_attempt(backends, with_call):
-    # A blocking hedged call runs inline on its caller's thread while it has one attempt out, and goes on as a
-    # non-blocking call when a hedge is due: with its first attempt still out (the hedging timer), ended with a
-    # Trailers-Only failure and the next hedge delayed by pushback (its empty headers must not be judged again
-    # later), or ended with a non-fatal status (the next hedge at once). Each ends with the hedge's answer.
+def test_a_blocking_hedged_call_goes_on_when_it_needs_more_than_one_attempt(backends, with_call):
+    # A blocking hedged call's caller polls its first attempt, and the call goes on, on the same driver, when a
+    # hedge is due: with its first attempt still out (the hedging timer; the hedge reports from grpcio's thread),
+    # ended with a Trailers-Only failure and the next hedge delayed by pushback (its empty headers must not be
+    # judged again later), or ended with a non-fatal status (the next hedge at once, made by the caller). Each ends
+    # with the hedge's answer.
 
     def call(ch, request):
         unary = ch.unary_unary(UNARY)
