@@ -1,18 +1,19 @@
 """The sync call objects (Call, StreamingCall): grpc.Call and grpc.Future over the call's driver
-(sync/_driver.py, sync/_caller.py), with what the application's threads do: read responses, send the requests of a
-request stream, wait for the end. A blocking call is a Call its caller runs (run())."""
+(sync/_driver.py, sync/_caller.py), with what the application's threads do: read responses (and read ahead,
+before an attempt has won), send the requests of a request stream, wait for the end. A blocking call runs on the
+driver's own type (`_Future`), which its caller never sees."""
 
 from __future__ import annotations
 
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple, cast
 
 import grpc
 
 from grpc_retry._transport import transport as internals
 
 if TYPE_CHECKING:
-    pass  # (kind, attempt, argument): an action the machine decided
+    from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
 
 from grpc_retry._driver import (
     CANCELLED_DETAILS,
@@ -92,6 +93,77 @@ class _Future(_Caller):
         it) and has retried or ended the call."""
         while n in self._live and not self._finished:
             self._changed.wait()
+
+    # -- reading ahead: an attempt's first answer, before it has won ---------------------------------------------
+
+    def _watch(self, n: int, call: Any) -> None:
+        """A hedge, on the watch pool: report its first answer (headers, or a message), which commits the call;
+        a unary response's winner then reads its response, and reports its end."""
+        try:
+            message = self._first_answer(n, call)
+            if self._method.unary_response:
+                if self._method.attempt_streams:  # a unary call in the shape that shows its headers first
+                    with self._lock:
+                        read = self._machine.winner == n and n in self._live
+                    if read:
+                        if message is None:
+                            message = read_message(call)
+                        if message is not ENDED:
+                            with self._lock:
+                                self._responses[n] = message
+                internals.sync_wait_end(call)
+                self._ended(n, call)
+        except Exception:  # never let a watcher die silently: the call would hang
+            log.exception("grpc_retry hedge watcher failed")
+            self._fail(grpc.StatusCode.INTERNAL, "grpc_retry hedge watcher failed")
+
+    def _first_answer(self, n: int, call: Any) -> Any:
+        """Block until attempt n answers or ends; tell the machine when it answers. Returns the first message if
+        this read it (None if not)."""
+        metadata, ended = internals.sync_wait_headers(call)
+        with self._lock:
+            if ended or self._machine.winner == n or n not in self._live:
+                return None
+        self._event(lambda: self._machine.headers(n, monotonic(), not metadata), n)
+        if metadata:
+            return None
+        # Empty headers (the machine judges the silence after them): read ahead, as a message commits the call.
+        message = self._read_first(n, call, keep=True)
+        return None if message is ENDED else message
+
+    def _read_first(self, n: int, call: Any, keep: bool) -> Any:
+        """Read attempt n's first message before it has won (other readers of n, and its end if that comes
+        meanwhile, wait for this read). A message commits the call to n; `keep`: for the application's first
+        read. Returns the message, or ENDED when the attempt ended."""
+        with self._lock:
+            self._reads.add(n)
+        message = ENDED
+        try:
+            if self._method.attempt_streams:
+                message = read_message(call)
+            else:  # a stream-unary attempt: its response comes with its end
+                internals.sync_wait_end(call)
+        finally:
+            with self._lock:
+                self._reads.discard(n)
+                self._changed.notify_all()
+                actions = []
+                if message is not ENDED and not self._ending and n in self._live:
+                    if keep:
+                        self._peek = (n, message)
+                    actions = self._answer(n)
+                ended = self._deferred.pop(n, None)
+                if ended is not None and not self._ending and n in self._live:
+                    actions = actions + self._status(n, ended)
+                taken = self._take(actions)
+            if taken is not None:
+                self._drain(taken)
+        return message
+
+    def _answer(self, n: int) -> List[Action]:
+        """(Under the lock.) Attempt n, live, has its first message: the call is its own (if it was not already)."""
+        return self._machine.message(n, monotonic()) if self._machine.winner != n else []
+
 
     # -- request streams ------------------------------------------------------------------------------------------
 
