@@ -974,9 +974,13 @@ def test_a_cluster_whose_lb_policy_round_robin_serves_is_told_of_once(
         serve(plane, {"c1": backends[:2]})
         plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH)))
         channel = client.channel("xds:///svc")
-        for _ in range(8):
+
+        def served() -> List[int]:
             assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
-        assert all(count > 0 for count in calls_on(backends[:2])), calls_on(backends)  # (spread: round_robin)
+            return calls_on(backends)
+        # (round_robin spreads over the endpoints that are ready: the second may still be connecting at first)
+        spread = until(served, lambda counts: all(count > 0 for count in counts[:2]))
+        assert all(count > 0 for count in spread[:2]), spread
         (told,) = warnings.wait_for(1)
         assert "'c1'" in told and "ring_hash" in told and "round_robin serves it" in told
         router = channel.raw._router
