@@ -1,5 +1,10 @@
+import collections
+import faulthandler
+import gc
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -24,6 +29,35 @@ def _generate_stubs() -> None:
 
 
 _generate_stubs()
+
+# A test whose memory runs away would be killed by the machine with nothing said: the guard stops the run first,
+# naming the test and printing every thread's stack and the most numerous objects.
+_RSS_LIMIT = int(os.environ.get("GRPC_RETRY_TEST_RSS_LIMIT_MB", "4096")) << 20
+_running = ["(between tests)"]
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _running[0] = nodeid
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _guard_memory() -> None:
+    while _rss() < _RSS_LIMIT:
+        time.sleep(0.5)
+    sys.stderr.write(f"\nmemory guard: the tests' process passed {_RSS_LIMIT >> 20} MiB during {_running[0]}\n")
+    faulthandler.dump_traceback(all_threads=True)
+    counts = collections.Counter(type(thing).__qualname__ for thing in gc.get_objects())
+    sys.stderr.write(f"most numerous objects: {counts.most_common(20)}\n")
+    sys.stderr.flush()
+    os._exit(70)
+
+
+if os.path.exists("/proc/self/statm"):
+    threading.Thread(target=_guard_memory, name="memory-guard", daemon=True).start()
 
 
 @pytest.fixture
