@@ -6,7 +6,7 @@ from grpc_retry._telemetry cimport Telemetry
 
 cdef class Method:
     cdef public object _state, _method, _serializer, deserializer, _inner, _policy, _attempt_kind, direct
-    cdef public object headers_first, reports_end, subchannels, attempt_streams, unary_response, watched, _shape
+    cdef public object headers_first, subchannels, attempt_streams, unary_response, watched, _shape
     cdef public set calls
     cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
     cdef public Telemetry _telemetry

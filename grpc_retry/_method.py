@@ -31,10 +31,10 @@ DESERIALIZE_FAILED = "Exception deserializing response!"
 
 class Method:
     """One method of a channel. `subchannels`, `deserializer`, `attempt_streams`, `unary_response`, `direct`,
-    `headers_first`, `reports_end` and `watched` are what the drivers read."""
+    `headers_first` and `watched` are what the drivers read."""
 
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
-                 "direct", "headers_first", "reports_end", "subchannels", "_shape", "calls", "attempt_streams",
+                 "direct", "headers_first", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
                  "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
@@ -54,7 +54,7 @@ class Method:
         self.watched = self._policy.hedging or self._policy.recv_timeout != _INF
         hedged = self.watched and self.unary_response
         self._shape = self.ATTEMPTS.shape(kind, hedged)
-        self._attempt_kind, self.direct, self.headers_first, self.reports_end = self._shape
+        self._attempt_kind, self.direct, self.headers_first = self._shape
         self.attempt_streams = self._attempt_kind in STREAMING_SHAPES
         self.subchannels = subchannels
         self.calls = state.calls

@@ -93,10 +93,16 @@ else:
     transport = portable
 
 
-if TYPE_CHECKING:  # each asyncio attempt class is one
-    from grpc_retry._transport import direct_aio, portable_aio
-    from grpc_retry._transport.protocol import AioAttempt
+if TYPE_CHECKING:  # each sync method and asyncio attempt class is one
+    from grpc_retry._transport import direct_aio, direct_streams, portable_aio
+    from grpc_retry._transport.protocol import AioAttempt, BlockingAttempt, SyncMethod, SyncStreamUnaryMethod
 
+    _SYNC_METHODS: Tuple[Type[SyncMethod], ...] = (
+        direct.SyncUnary, direct.SyncHeadersFirst, direct_streams.SyncResponseStream, portable.SyncHeadersFirst)
+    _STREAM_UNARY_METHODS: Tuple[Type[SyncStreamUnaryMethod], ...] = (
+        direct_streams.SyncRequestStream, portable.SyncMethod)
+    _BLOCKING_ATTEMPTS: Tuple[Type[BlockingAttempt], ...] = (
+        direct_streams.SyncBlockingRequestStream, direct_streams._BlockingFuture, portable.WholeAttempt)
     _AIO_ATTEMPTS: Tuple[Type[AioAttempt], ...] = (direct_aio.AioAttempt, portable_aio.AioAttempt)
 
 

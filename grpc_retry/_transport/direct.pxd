@@ -19,6 +19,10 @@ cdef class SyncUnaryAttempt(_UnaryAttempt):
     cpdef _on_event(self, event)
 
 
+cdef class SyncUnary:
+    cdef public object multicallable
+
+
 cdef class SyncHeadersFirst:
     cdef public object multicallable
     cpdef polled(self, request, timeout, metadata, credentials, wait_for_ready, compression, on_headers, on_end,

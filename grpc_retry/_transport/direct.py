@@ -22,9 +22,8 @@ import grpc
 
 from grpc_retry._transport.direct_aio import AioAttempts, aio_intercepted
 from grpc_retry._transport.direct_streams import (
-    SyncBlockingRequestStream,
+    SyncRequestStream,
     SyncResponseStream,
-    sync_request_stream,
     sync_tells_headers,
     sync_wait_end,
     sync_wait_headers,
@@ -33,6 +32,7 @@ from grpc_retry._transport.ends import (
     AttemptState,
     SyncAttempt,
     grpcio_exchange,
+    report_end,
     sync_code,
     sync_response,
     sync_status,
@@ -118,6 +118,29 @@ def sync_exchange(m: Any, request: bytes, timeout: Optional[float], metadata: An
     return ended, None, False
 
 
+class SyncUnary:
+    """An unhedged unary-unary method on one sync subchannel, made from grpcio's multicallable of it: it makes
+    `SyncUnaryAttempt`s; grpcio's own futures while its observability plugin is registered (see sync_direct).
+    `multicallable`: grpcio's, for an attempt made as one blocking call (sync_exchange)."""
+
+    __slots__ = ("multicallable",)
+
+    def __init__(self, multicallable: Any) -> None:
+        self.multicallable = multicallable
+
+    def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None) -> Any:
+        """A non-blocking attempt that tells its end to `on_end` (and nothing to `on_headers`)."""
+        if sync_direct():
+            return SyncUnaryAttempt(self.multicallable, request, timeout=timeout, metadata=metadata,
+                                    credentials=credentials, wait_for_ready=wait_for_ready, compression=compression,
+                                    on_end=on_end)
+        return report_end(self.multicallable.future(
+            request, timeout=timeout, metadata=metadata, credentials=credentials, wait_for_ready=wait_for_ready,
+            compression=compression), on_end)
+
+
 class SyncHeadersFirst:
     """A unary-unary method on one sync subchannel, made from grpcio's multicallable of it: it makes
     `SyncHeadersFirstAttempt`s. `multicallable`: grpcio's, for an attempt made as one blocking call."""
@@ -128,8 +151,8 @@ class SyncHeadersFirst:
         self.multicallable = multicallable
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
-                 on_end: Callable[[Any], None], pollable: bool = False) -> SyncHeadersFirstAttempt:
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None, pollable: bool = False) -> SyncHeadersFirstAttempt:
         """`pollable`: a thread of the application's, free to wait, polls the attempt (it is `polled`), however
         many calls overlap: grpcio's spin thread, taking every call's events, would cost each of them grpcio's
         managed-call path (a context manager to start it, a Python loop turn per event) and a hand-off to the
@@ -148,7 +171,7 @@ class SyncHeadersFirst:
                              credentials, wait_for_ready, compression, on_headers, on_end, True, whole)
 
     def _attempt(self, request: bytes, deadline: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
+                 wait_for_ready: Optional[bool], compression: Any, on_headers: Optional[Callable[[Any], None]],
                  on_end: Callable[[Any], None], polled: bool, whole: bool) -> SyncHeadersFirstAttempt:
         return SyncHeadersFirstAttempt(
             self.multicallable, request, deadline, metadata, augmented_metadata(metadata, compression),
@@ -239,7 +262,7 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
     __slots__ = ("_end_waits", "polled")
 
     def __init__(self, m: Any, request: bytes, deadline: Optional[float], metadata: Any, augmented: Any, flags: int,
-                 credentials: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
+                 credentials: Any, on_headers: Optional[Callable[[Any], None]], on_end: Callable[[Any], None],
                  polled: bool = False, whole: bool = False) -> None:
         sending, receiving = unary_ops(request, augmented, flags)
         self._init_unary(receiving, on_end)
@@ -319,22 +342,25 @@ class SyncHeadersFirstAttempt(_UnaryAttempt):
 
 class SyncAttempts:
     """Sync attempts on grpcio's Cython calls where they pay: a hedged unary-unary call's attempts show their
-    headers first (SyncHeadersFirst), a unary-stream call's are read a batch per message (SyncResponseStream);
-    the rest are grpcio's own calls, driven by the driver, or this transport's own (sync_own())."""
+    headers first (SyncHeadersFirst), a unary-stream call's are read a batch per message (SyncResponseStream), an
+    unhedged unary-unary call's are one batch (SyncUnary); a request stream's are grpcio's own calls, their requests
+    sent by a worker of the channel's (SyncRequestStream)."""
 
     @staticmethod
-    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
-        headers_first = hedged and kind == "unary_unary"
-        return kind, False, headers_first, headers_first or kind == "unary_stream"
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
+        return kind, False, hedged and kind == "unary_unary"
 
     @staticmethod
-    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
-        multicallable = getattr(channel, shape[0])(name)
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool], owner: Any) -> Any:
+        kind = shape[0]
+        multicallable = getattr(channel, kind)(name)
         if shape[2]:
             return SyncHeadersFirst(multicallable)
-        if shape[3]:
+        if kind == "unary_unary":
+            return SyncUnary(multicallable)
+        if kind == "unary_stream":
             return SyncResponseStream(multicallable)
-        return multicallable
+        return SyncRequestStream(multicallable, kind == "stream_stream", owner.workers)
 
 
 FINAL_WRAPPED = False  # an attempt of this transport is a grpc.Call the application may get as it is
@@ -347,26 +373,6 @@ def sync_final(call: Any, response: Any) -> Any:
     return call
 
 
-class OwnSyncAttempts:
-    """The sync attempts made on grpcio's Cython calls in place of grpcio's own call layer (protocol.py)."""
-
-    __slots__ = ("unary_attempt", "request_stream", "blocking_request_stream")
-
-    def __init__(self) -> None:
-        self.unary_attempt = SyncUnaryAttempt
-        self.request_stream = sync_request_stream
-        self.blocking_request_stream = SyncBlockingRequestStream
-
-
-_OWN = OwnSyncAttempts()
-
-
-def sync_own() -> Optional[OwnSyncAttempts]:
-    """This transport's own sync attempts, unless grpcio's observability plugin is registered: it records each
-    of grpcio's own calls from grpcio's call layer, which then makes them."""
-    return _OWN if sync_direct() else None
-
-
 SYNC = SyncAttempts()
 AIO = AioAttempts()
 
@@ -374,6 +380,6 @@ AIO = AioAttempts()
 __all__ = [
     "AIO", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop", "channelz_subchannels",
     "close_sync_channel", "new_aio_channel", "new_sync_channel", "new_sync_channel_with_id", "sync_calls_in_flight",
-    "sync_code", "sync_connectivity", "sync_exchange", "sync_final", "sync_own", "sync_response", "sync_state_reader",
+    "sync_code", "sync_connectivity", "sync_exchange", "sync_final", "sync_response", "sync_state_reader",
     "sync_status", "sync_tells_headers", "sync_wait_end", "sync_wait_headers", "sync_watch_connectivity",
 ]

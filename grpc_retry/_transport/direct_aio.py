@@ -343,11 +343,11 @@ class AioAttempts:
     when hedged), a response stream's by AioResponseStream."""
 
     @staticmethod
-    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
         unary_response = kind not in _RESPONSE_STREAMS
-        return kind, unary_response, hedged and unary_response, True
+        return kind, unary_response, hedged and unary_response
 
     @staticmethod
-    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool], owner: Any) -> Any:
         multicallable = getattr(channel, shape[0])(name)
         return AioMethod(multicallable, shape[2]) if shape[1] else AioResponseStream(multicallable)

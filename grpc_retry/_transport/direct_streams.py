@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, cast
 import grpc
 from grpc._cython import cygrpc
 
-from grpc_retry._transport.ends import Metadata, SyncAttempt, decode, tell
+from grpc_retry._transport.ends import Metadata, SyncAttempt, decode, report_end, tell
 from grpc_retry._transport.grpc_private import (
     LOCALLY_CANCELLED,
     NO_FLAGS,
@@ -39,6 +39,71 @@ except ImportError:
     _channel = None  # type: ignore[assignment]
 
 _BYTES: Any = None  # grpcio's "serializer" of requests that are bytes already
+
+
+class SyncRequestStream:
+    """A stream-unary or stream-stream method on one sync subchannel, made from grpcio's multicallable of it: its
+    attempts are grpcio's own calls, their requests sent from a worker thread of grpc_retry's channel (grpcio
+    starts and ends a thread per call); grpcio's own calls as they are while its observability plugin is
+    registered (see sync_direct)."""
+
+    __slots__ = ("multicallable", "_response_stream", "_workers")
+
+    def __init__(self, multicallable: Any, response_stream: bool, workers: Any) -> None:
+        self.multicallable = multicallable
+        self._response_stream = response_stream
+        self._workers = workers
+
+    def __call__(self, requests: Iterator[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None) -> Any:
+        """A non-blocking attempt that tells its end to `on_end` (and nothing to `on_headers`)."""
+        m = self.multicallable
+        if sync_direct():
+            call = sync_request_stream(m, requests, self._workers, self._response_stream, timeout=timeout,
+                                       metadata=metadata, credentials=credentials, wait_for_ready=wait_for_ready,
+                                       compression=compression)
+        else:
+            call = (m if self._response_stream else m.future)(
+                requests, timeout=timeout, metadata=metadata, credentials=credentials, wait_for_ready=wait_for_ready,
+                compression=compression)
+        return report_end(call, on_end)
+
+    def blocking(self, requests: Iterator[bytes], *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> Any:
+        """(Stream-unary.) A blocking attempt, run() on the caller's thread and cancellable from another."""
+        if sync_direct():
+            return SyncBlockingRequestStream(self.multicallable, requests, timeout=timeout, metadata=metadata,
+                                             credentials=credentials, wait_for_ready=wait_for_ready,
+                                             compression=compression)
+        return _BlockingFuture(self.multicallable.future(
+            requests, timeout=timeout, metadata=metadata, credentials=credentials, wait_for_ready=wait_for_ready,
+            compression=compression))
+
+
+class _BlockingFuture:
+    """A blocking stream-unary attempt as grpcio's own future, waited for by the caller's thread."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def run(self, workers: Any) -> grpc.Call:
+        """(The caller's thread.) Until it has ended; then grpcio's call. Interrupted (a signal's exception), the
+        call is cancelled before the exception goes on."""
+        call = self._call
+        try:
+            call.exception()
+        except grpc.FutureCancelledError:
+            pass
+        except BaseException:
+            call.cancel()
+            raise
+        return cast(grpc.Call, call)
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
 
 
 class SyncBlockingRequestStream:
@@ -157,23 +222,20 @@ class SyncResponseStream:
     """A unary-stream method on one sync subchannel, made from grpcio's multicallable of it: it makes
     `SyncStreamAttempt`s; grpcio's own calls while its observability plugin is registered (see sync_direct)."""
 
-    __slots__ = ("_multicallable",)
+    __slots__ = ("multicallable",)
 
     def __init__(self, multicallable: Any) -> None:
-        self._multicallable = multicallable
+        self.multicallable = multicallable
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
                  wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
                  on_headers: Optional[Callable[[Any], None]] = None) -> Any:
         """An attempt that tells its end to `on_end`, and its headers to `on_headers` when it is a
         SyncStreamAttempt (sync_tells_headers): grpcio's own call tells neither."""
-        m = self._multicallable
+        m = self.multicallable
         if not sync_direct():
-            call = m(request, timeout=timeout, metadata=metadata, credentials=credentials,
-                     wait_for_ready=wait_for_ready, compression=compression)
-            if not call.add_callback(lambda: on_end(call)):
-                on_end(call)
-            return call
+            return report_end(m(request, timeout=timeout, metadata=metadata, credentials=credentials,
+                                wait_for_ready=wait_for_ready, compression=compression), on_end)
         return SyncStreamAttempt(
             m, request, determined(None if timeout is None else time.time() + timeout), metadata,
             augmented_metadata(metadata, compression), WAIT_FOR_READY[wait_for_ready],

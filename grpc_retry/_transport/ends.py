@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from functools import partial
 from typing import Any, Callable, List, Optional, Tuple
 
 import grpc
@@ -66,6 +67,14 @@ def tell(callback: Callable[[Any], None], attempt: Any) -> None:
         callback(attempt)
     except Exception:
         logging.getLogger("grpc_retry").exception("grpc_retry: an attempt's callback failed")
+
+
+def report_end(call: Any, on_end: Callable[[Any], None]) -> Any:
+    """grpcio's own sync call as an attempt that reports its end: `on_end(call)` once it has ended (at once if it
+    has), from grpcio's thread. The call."""
+    if not call.add_callback(partial(on_end, call)):
+        on_end(call)
+    return call
 
 
 def end_record(attempt: Any) -> AttemptState:

@@ -56,54 +56,44 @@ _aio_secure_channel = _original(grpc.aio.secure_channel)
 # -- sync attempts ---------------------------------------------------------------------------------------------
 
 
-def sync_own() -> None:
-    """No sync attempts of its own: the drivers use grpcio's call layer (protocol.py)."""
-    return None
-
-
 class SyncAttempts:
     """Every non-blocking sync attempt is a SyncAttempt, but a hedged (or timed) unary-unary call's, which show
     their headers before their response (SyncHeadersFirst)."""
 
     @staticmethod
-    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool, bool]:
-        if hedged and kind == "unary_unary":  # its attempts tell their headers and their end themselves
-            return kind, False, True, True
-        return kind, False, False, True
+    def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
+        return kind, False, hedged and kind == "unary_unary"
 
     @staticmethod
-    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> Any:
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool], owner: Any) -> Any:
         if shape[2]:
             return SyncHeadersFirst(channel, name, owner.workers)
         return SyncMethod(getattr(channel, shape[0])(name), shape[0], owner.workers)
 
 
 class SyncMethod:
-    """A method on one subchannel: called as grpcio's multicallable (a blocking call) or, with `on_end`, an
-    attempt that reports its end."""
+    """A method on one subchannel, made from grpcio's multicallable of it (`multicallable`: for an attempt made as
+    one blocking call, sync_exchange): its attempts are grpcio's calls, each a SyncAttempt that reports its end."""
 
-    __slots__ = ("_multicallable", "_unary_response", "_workers")
+    __slots__ = ("multicallable", "_unary_response", "_workers")
 
     def __init__(self, multicallable: Any, kind: str, workers: Any) -> None:
-        self._multicallable = multicallable
+        self.multicallable = multicallable
         self._unary_response = kind in _UNARY_RESPONSES
         self._workers = workers
 
-    def __call__(self, request: Any, *, on_end: Optional[Callable[[Any], None]] = None,
+    def __call__(self, request: Any, *, on_end: Callable[[Any], None],
                  on_headers: Optional[Callable[[Any], None]] = None, **kwargs: Any) -> Any:
-        """With a unary response and no `on_end`, grpcio's blocking call; else an attempt (without `on_end`, its
-        end is for whoever waits for it: wait_end()). It never tells `on_headers` (sync_tells_headers): its
-        headers come through grpcio's blocking accessor only."""
-        if self._unary_response:
-            if on_end is None:
-                return self._multicallable(request, **kwargs)
-            call = self._multicallable.future(request, **kwargs)
-        else:
-            call = self._multicallable(request, **kwargs)
+        """An attempt that tells its end to `on_end`. It never tells `on_headers` (sync_tells_headers): its headers
+        come through grpcio's blocking accessor only."""
+        m = self.multicallable
+        call = m.future(request, **kwargs) if self._unary_response else m(request, **kwargs)
         return SyncAttempt(call, self._unary_response, self._workers, on_end)
 
-    def with_call(self, request: Any, **kwargs: Any) -> Any:
-        return self._multicallable.with_call(request, **kwargs)
+    def blocking(self, requests: Any, **kwargs: Any) -> Any:
+        """(Stream-unary.) A blocking attempt: grpcio's future, which the caller's thread waits for (run()) and
+        reads; cancellable from another thread."""
+        return WholeAttempt(self.multicallable.future(requests, **kwargs), None)
 
 
 class _Reported:
@@ -221,8 +211,8 @@ class SyncHeadersFirst:
         self._workers = workers
 
     def __call__(self, request: bytes, *, timeout: Optional[float], metadata: Any, credentials: Any,
-                 wait_for_ready: Optional[bool], compression: Any, on_headers: Callable[[Any], None],
-                 on_end: Callable[[Any], None], pollable: bool = False) -> HeadersFirstAttempt:
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None, pollable: bool = False) -> HeadersFirstAttempt:
         """`pollable`: the blocking call's caller polls it (it is `polled`); else a worker does."""
         attempt = HeadersFirstAttempt(self._stream(request, timeout=timeout, metadata=metadata,
                                                    credentials=credentials, wait_for_ready=wait_for_ready,
@@ -284,7 +274,7 @@ class HeadersFirstAttempt(_Polled):
 
     __slots__ = ("_on_headers", "polled")
 
-    def __init__(self, call: Any, on_headers: Callable[[Any], None], on_end: Callable[[Any], None],
+    def __init__(self, call: Any, on_headers: Optional[Callable[[Any], None]], on_end: Callable[[Any], None],
                  polled: bool) -> None:
         self._call = call
         self._state = AttemptState()
@@ -308,13 +298,14 @@ class HeadersFirstAttempt(_Polled):
 
 
 class WholeAttempt(_Polled):
-    """A hedged unary call's first attempt as one batch (Method.first_whole): grpcio's future, which its caller
-    waits for (poll()), then reads and tells; its headers show with its end."""
+    """grpcio's future, which its caller waits for (poll(), or run()), then reads and tells: a hedged unary call's
+    first attempt as one batch (Method.first_whole; its headers show with its end), or a blocking stream-unary
+    attempt."""
 
     __slots__ = ()
     polled = True
 
-    def __init__(self, call: Any, on_end: Callable[[Any], None]) -> None:
+    def __init__(self, call: Any, on_end: Optional[Callable[[Any], None]]) -> None:
         self._call = call
         self._state = AttemptState()
         self._on_end = on_end
@@ -324,6 +315,11 @@ class WholeAttempt(_Polled):
             return call.result()
         except (grpc.RpcError, grpc.FutureCancelledError):  # (the end tells how)
             return None
+
+    def run(self, workers: Any) -> WholeAttempt:
+        """(A blocking stream-unary attempt's caller.) Until it has ended; then itself, its end read."""
+        self.poll()
+        return self
 
 
 FINAL_WRAPPED = True  # attempts are no grpc.Call to give the application: sync_final() makes one
@@ -501,6 +497,5 @@ AIO = AioAttempts()
 __all__ = ["AIO", "AioAttempt", "FINAL_WRAPPED", "SYNC", "aio_intercepted", "aio_working_loop",
            "channelz_subchannels", "close_sync_channel", "new_aio_channel", "new_sync_channel",
            "new_sync_channel_with_id", "sync_calls_in_flight", "sync_code", "sync_connectivity", "sync_exchange",
-           "sync_final",
-           "sync_own", "sync_response", "sync_state_reader", "sync_status", "sync_tells_headers", "sync_wait_end",
+           "sync_final", "sync_response", "sync_state_reader", "sync_status", "sync_tells_headers", "sync_wait_end",
            "sync_wait_headers", "sync_watch_connectivity"]

@@ -46,7 +46,7 @@ class AioAttempts:
     shape = staticmethod(direct_aio.AioAttempts.shape)
 
     @staticmethod
-    def method(channel: Any, name: str, shape: Tuple[str, bool, bool, bool], owner: Any) -> AioMethod:
+    def method(channel: Any, name: str, shape: Tuple[str, bool, bool], owner: Any) -> AioMethod:
         return AioMethod(channel, name, shape[0], shape[2])
 
 

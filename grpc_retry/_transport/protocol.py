@@ -6,12 +6,12 @@ names (grpc_private.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterator, Optional, Protocol, Tuple
+from typing import Any, Awaitable, Callable, Optional, Protocol, Tuple
 
 import grpc
 
 Metadata = Tuple[Any, ...]
-Shape = Tuple[str, bool, bool, bool]  # (grpcio's multicallable kind, unary own, headers first, reports its end)
+Shape = Tuple[str, bool, bool]  # (grpcio's multicallable kind, unary own, headers first)
 Status = Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]  # code, details, trailing, debug, initial
 
 
@@ -25,23 +25,35 @@ class Attempts(Protocol):
         """The method `name` on one subchannel, that attempts are started through."""
 
 
-class OwnSyncAttempts(Protocol):
-    """Sync attempts the transport makes itself where the drivers would otherwise use grpcio's call layer; only
-    while `sync_own()` gives them (grpcio's observability plugin records the calls of its own call layer)."""
+class SyncMethod(Protocol):
+    """A method on one sync subchannel (what `Attempts.method` makes for SYNC). Called, it makes a non-blocking
+    attempt: a grpc.Call-like object whose end record ends.end_record()/sync_status() read once it has told
+    `on_end(attempt)`, once, from whichever thread saw its end. Where the attempt can (sync_tells_headers), it tells
+    `on_headers(attempt)` when its response headers came before its end. Raises what grpcio raises for a call it
+    cannot start."""
 
-    def unary_attempt(self, m: Any, request: bytes, *, on_end: Callable[[Any], None], timeout: Optional[float],
-                      metadata: Any, credentials: Any, wait_for_ready: Optional[bool], compression: Any) -> Any:
-        """A non-blocking unary exchange whose end is told to `on_end(attempt)`."""
+    @property
+    def multicallable(self) -> Any:
+        """grpcio's multicallable of the method, for an attempt made as one blocking exchange (sync_exchange)."""
 
-    def request_stream(self, m: Any, requests: Iterator[bytes], workers: Any, response_stream: bool, *,
-                       timeout: Optional[float], metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                       compression: Any) -> grpc.Call:
-        """A non-blocking attempt with a request stream, its requests sent by one of `workers`."""
+    def __call__(self, request: Any, /, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any, on_end: Callable[[Any], None],
+                 on_headers: Optional[Callable[[Any], None]] = None) -> Any: ...
 
-    def blocking_request_stream(self, m: Any, requests: Iterator[bytes], *, timeout: Optional[float],
-                                metadata: Any, credentials: Any, wait_for_ready: Optional[bool],
-                                compression: Any) -> Any:
-        """A blocking stream-unary attempt, run() on the caller's thread and cancellable from another."""
+
+class SyncStreamUnaryMethod(SyncMethod, Protocol):
+    """A stream-unary method on one sync subchannel: its attempts can be blocking ones too."""
+
+    def blocking(self, requests: Any, /, *, timeout: Optional[float], metadata: Any, credentials: Any,
+                 wait_for_ready: Optional[bool], compression: Any) -> BlockingAttempt: ...
+
+
+class BlockingAttempt(Protocol):
+    """A blocking stream-unary attempt (`SyncMethod.blocking(requests, ...)` of a stream-unary method): run() on
+    the caller's thread until it has ended, giving the ended attempt; cancel() from any thread."""
+
+    def run(self, workers: Any) -> Any: ...
+    def cancel(self) -> bool: ...
 
 
 class AioAttempt(Protocol):
@@ -83,8 +95,7 @@ class Transport(Protocol):
     def FINAL_WRAPPED(self) -> bool:  # noqa: N802
         """Whether a sync attempt is no grpc.Call to give the application (sync_final() makes one)."""
 
-    # Sync attempts: their own ones, and what an ended one tells, read without blocking
-    def sync_own(self) -> Optional[OwnSyncAttempts]: ...
+    # Sync attempts: a blocking exchange, and what an ended one tells, read without blocking
     def sync_exchange(self, m: Any, request: bytes, timeout: Optional[float], metadata: Any, credentials: Any,
                       wait_for_ready: Optional[bool], compression: Any, call_wanted: bool) -> Tuple[Any, Any, bool]:
         """A blocking unary-unary exchange on the caller's thread: (its ended call, the error grpcio raised, or

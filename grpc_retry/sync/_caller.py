@@ -130,8 +130,6 @@ class _Caller(_Driver):
         perAttemptRecvTimeout, while the method's server is seen sending headers with its responses:
         Method.first_whole) is its deadline, when that comes before the call's: it ends DEADLINE_EXCEEDED then."""
         method = self._method
-        if method.headers_first:  # (a timed call's method: its attempts' shape shows headers first)
-            inner = inner.multicallable
         at = self._machine.deadline
         timer_at = self._kept_at
         if timer_at < at:
@@ -140,7 +138,7 @@ class _Caller(_Driver):
         assert request is not None  # (not typing.cast(): compiled, that is still a Python function's call)
         method.attempt_started(address)
         call, response, ok = internals.sync_exchange(
-            inner, request, None if at == INF else at - monotonic(), self._attempt_metadata(n, previous),
+            inner.multicallable, request, None if at == INF else at - monotonic(), self._attempt_metadata(n, previous),
             self._credentials, self._grpc_wfr, self._compression, self._with_call)
         self._lock.acquire()
         self._busy = False
@@ -200,17 +198,15 @@ class _Caller(_Driver):
             self._fail(grpc.StatusCode.INTERNAL, LOST_END_DETAILS)
 
     def _streamed(self, n: int, address: int, previous: int, inner: Any) -> None:
-        """A stream-unary attempt, run as grpcio's blocking call: its requests, what the machine writes to it,
-        sent by a worker of the channel's (grpcio starts a thread per call)."""
+        """A stream-unary attempt, run as grpcio's blocking call: its requests are what the machine writes to it
+        (the transport sends them from a worker of the channel's where it can: grpcio starts a thread per call)."""
         method = self._method
         kwargs = self._kwargs(n, address, previous)
-        own = internals.sync_own()
-        assert own is not None  # (STREAMED only where the transport has its own)
         with self._lock:  # made and known at once: a cancel meanwhile finds it
             if n not in self._live:
                 self._busy = False
                 return  # cancelled before it was made
-            attempt = own.blocking_request_stream(inner, self._attempt_requests(n), **kwargs)
+            attempt = inner.blocking(self._attempt_requests(n), **kwargs)
             self._attempts[n] = attempt
         method.attempt_started(address)
         ended = attempt.run(method.workers)

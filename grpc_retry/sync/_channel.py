@@ -77,10 +77,9 @@ class _MultiCallable(Method):
                 caller = POLLED
             else:
                 caller = NO_CALLER
-        elif not self.watched and internals.sync_own() is not None:
-            # Its attempts' requests are sent from a worker of the channel's (grpcio's future starts and ends the
-            # spin thread with each call that overlaps no other: ~50% more CPU a call, one at a time). (grpcio's
-            # own call layer, whose calls its observability plugin records, while that is registered.)
+        elif not self.watched:
+            # A stream-unary call runs its attempts on its caller's thread (grpcio's future starts and ends the spin
+            # thread with each call that overlaps no other: ~50% more CPU a call, one at a time).
             caller = STREAMED
         else:
             caller = NO_CALLER

@@ -265,32 +265,18 @@ class _Driver(_Attempts):
             inner = method.inner(address)
             kwargs = self._kwargs(n, address, previous)
             payload = self._request if self._requests is None else self._attempt_requests(n)
-            reports = method.reports_end  # the attempt reports its end itself (else: grpcio's callback)
             told = False  # it tells its headers itself (else a timed or hedged attempt's are waited for)
             if method.headers_first:  # a hedged unary attempt that reports itself from grpcio's spin thread
                 call = inner(payload, on_headers=partial(self._headers_came, n),
                              on_end=partial(self._headers_first_ended, n), **kwargs)
-            elif reports and self._watched and not self._hedged:
-                # A timed response stream's attempt: its headers, told from grpcio's spin thread where the
-                # transport can, stop its timer without a thread waiting for them.
+            elif self._watched and not self._hedged:
+                # A timed attempt: its headers, told from grpcio's spin thread where the transport can, stop its
+                # timer without a thread waiting for them.
                 call = inner(payload, on_end=partial(self._ended, n), on_headers=partial(self._headers_came, n),
                              **kwargs)
                 told = internals.sync_tells_headers(call)
-            elif reports:  # a response stream's attempt that reports its end (grpcio's spin thread)
+            else:  # it reports its end (from grpcio's spin thread, or a worker)
                 call = inner(payload, on_end=partial(self._ended, n), **kwargs)
-            elif (self._requests is None and not method.attempt_streams and not self._watched
-                  and (own := internals.sync_own()) is not None):
-                # an unhedged unary-unary attempt (a future, or a call through grpcio's interceptors): grpcio's
-                # one batch, reported from its spin thread
-                assert isinstance(payload, bytes)
-                call = own.unary_attempt(inner, payload, on_end=partial(self._ended, n), **kwargs)
-                reports = True
-            elif self._requests is not None and (own := internals.sync_own()) is not None:
-                # its requests sent from a worker of the channel's (grpcio starts a thread per call)
-                assert payload is not None and not isinstance(payload, bytes)
-                call = own.request_stream(inner, payload, method.workers, method.attempt_streams, **kwargs)
-            else:
-                call = inner(payload, **kwargs) if method.attempt_streams else inner.future(payload, **kwargs)
         except Exception as error:  # the channel closed meanwhile, or grpcio refused the call
             self._not_started(error)
             return
@@ -310,9 +296,7 @@ class _Driver(_Attempts):
                 self._not_started(error)
                 return
             if method.unary_response:
-                return  # its watcher reports its end, once it has its response
-        if not reports and not call.add_callback(partial(self._ended, n, call)):
-            self._ended(n, call)
+                return  # (its watcher reports its end too, once it has its response)
 
     def _not_started(self, error: Exception) -> None:
         if self._method.closed():
