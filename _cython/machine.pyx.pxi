@@ -93,9 +93,11 @@ cdef enum:
     A_UNWAIT = 7
     A_DELIVER = 8
     A_END = 9
+    A_FLUSH = 10
 
-START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END = range(10)
-ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END")
+START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END, FLUSH = range(11)
+ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END",
+                "FLUSH")
 
 (NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END,
  NOTE_RECV_TIMEOUT, NOTE_SERVER_DELAY) = range(10)
@@ -233,6 +235,8 @@ cdef class CallMachine:
         the attempt's status or the call's next timer), unless its first message commits it before."""
         cdef _Attempt a
         cdef bint timed
+        if self._flushes:
+            self._flush_told = True
         if not empty:
             out = self._answered(n, "headers", now)
             if self.winner == n and self._heard_at < 0:
@@ -353,9 +357,28 @@ cdef class CallMachine:
         return out
 
     cpdef list timer(self, double now):
-        """The timer armed by the last TIMER action fired."""
-        if self.state == DONE or self.timer_at == INFINITY:
+        """The timer armed by the last TIMER action fired, or is due still after a FLUSH. A timed call's timer
+        (perAttemptRecvTimeout) first asks its driver, while `flush_turns` allow, to FLUSH: to tell the inputs
+        that came before it and wait queued (headers, on a busy event loop), then call timer() again. An attempt
+        whose headers came by then answered in time, as C-core saw on its own thread: once headers are told the
+        timer fires at once, unless what was told re-armed it (then it is not due: nothing happens). The driver
+        answers a FLUSH with flushed()."""
+        if self.state == DONE:
             self._impossible("timer")
+        if self._flushes:
+            if self.timer_at > now:  # (inf too) disarmed, or re-armed later, by what was told
+                self._flushes = 0
+                return []
+            if not self._flush_told and self._flushes < self.flush_turns:
+                self._flushes += 1
+                return [(A_FLUSH,)]
+            self._flushes = 0
+        elif self.timer_at == INFINITY:
+            self._impossible("timer")
+        elif self.flush_turns > 0 and self.recv_timeout != INFINITY and self.live > 0:
+            self._flushes = 1
+            self._flush_told = False
+            return [(A_FLUSH,)]
         self.timer_at = INFINITY
         out = []
         if self.recv_timeout != INFINITY and self.live > 0:
@@ -364,6 +387,21 @@ cdef class CallMachine:
                 return out
         self._pump(now, out)
         return out
+
+    cpdef list flushed(self, double now):
+        """The driver told the inputs that were queued when it was asked to FLUSH: the timer again, if it is
+        still due and no other turn of it came meanwhile."""
+        if not self._flushes:
+            return []
+        return self.timer(now)
+
+    cpdef list exchange_timer(self, double now, bint headers):
+        """The timer, kept by a blocking exchange as its deadline (a sync call's caller), fired with it: the
+        exchange ended DEADLINE_EXCEEDED. Headers that came with it were sent ahead of the response: the method's
+        HeadersWatch is told (its hedged calls' first attempts show their headers first from then on)."""
+        if headers:
+            self._ahead()
+        return self.timer(now)
 
     cpdef list subchannels_changed(self, double now):
         """The subchannels changed after the generation of the last WAIT."""

@@ -187,6 +187,9 @@ cdef class CallMachine:
     cdef int _quiet             # attempts whose empty headers came
     cdef readonly bint headers_ahead  # the winner answered well before its status: see HeadersWatch
     cdef public HeadersWatch watch    # the method's (hedged unary-unary calls; else None): told of it
+    cdef public int flush_turns  # FLUSHes a timed call's due timer may take (its driver's inputs can queue)
+    cdef int _flushes           # FLUSHes taken by the due timer (0: none pending)
+    cdef bint _flush_told       # headers were told since the first
     cdef public list notes      # decisions, for telemetry (None: not kept)
     cpdef list start(self, double now, object request=*)
     cpdef list send_message(self, bytes data, double now)
@@ -197,6 +200,8 @@ cdef class CallMachine:
     cpdef list status(self, int n, int code, object details, object trailing_metadata, double now, bint headers=*,
                       bint response=*)
     cpdef list timer(self, double now)
+    cpdef list flushed(self, double now)
+    cpdef list exchange_timer(self, double now, bint headers)
     cpdef list subchannels_changed(self, double now)
     cpdef list cancel(self, int code, double now)
     cpdef list take_notes(self)

@@ -13,6 +13,7 @@ WAIT: int
 UNWAIT: int
 DELIVER: int
 END: int
+FLUSH: int
 ACTION_NAMES: Tuple[str, ...]
 STATE_NAMES: Tuple[str, ...]
 REASONS: Tuple[str, ...]
@@ -182,6 +183,7 @@ class CallMachine:
     recv_timeout_ended: bool
     headers_ahead: bool
     watch: Optional[HeadersWatch]
+    flush_turns: int
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]
@@ -197,6 +199,8 @@ class CallMachine:
     def status(self, n: int, code: int, details: Any, trailing_metadata: Any, now: float,
                headers: bool = False, response: bool = False) -> List[Action]: ...
     def timer(self, now: float) -> List[Action]: ...
+    def flushed(self, now: float) -> List[Action]: ...
+    def exchange_timer(self, now: float, headers: bool) -> List[Action]: ...
     def subchannels_changed(self, now: float) -> List[Action]: ...
     def cancel(self, code: int, now: float) -> List[Action]: ...
     def take_notes(self) -> Optional[List[Tuple[Any, ...]]]: ...

@@ -29,4 +29,5 @@ cdef class CallDriver:
     cpdef _commit(self, n)
     cpdef _arm(self, at)
     cpdef _deliver(self, n)
+    cpdef _flush(self)
     cpdef _end(self, code)

@@ -8,7 +8,20 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple
 
 import grpc
 
-from grpc_retry._core import CANCEL, COMMIT, DELIVER, END, HALF_CLOSE, START, TIMER, UNWAIT, WAIT, WRITE, CallMachine
+from grpc_retry._core import (
+    CANCEL,
+    COMMIT,
+    DELIVER,
+    END,
+    FLUSH,
+    HALF_CLOSE,
+    START,
+    TIMER,
+    UNWAIT,
+    WAIT,
+    WRITE,
+    CallMachine,
+)
 
 if TYPE_CHECKING:
     from grpc_retry._core import Action  # (kind, attempt, argument): an action the machine decided
@@ -144,6 +157,8 @@ class CallDriver:
             self._unwait()
         elif kind == DELIVER:
             self._deliver(action[1])
+        elif kind == FLUSH:
+            self._flush()
         else:
             self._end(action[1])
 
@@ -172,6 +187,10 @@ class CallDriver:
         raise NotImplementedError
 
     def _deliver(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        """Tell the inputs queued now (a timed call's timer is due: CallMachine.timer), then machine.flushed()."""
         raise NotImplementedError
 
     def _end(self, code: int) -> None:

@@ -15,7 +15,6 @@ cdef class Method:
     cdef public HeadersWatch _watch
     cpdef inner(self, index)
     cpdef bint first_whole(self)
-    cpdef headers_early(self)
     cpdef attempt_started(self, index)
     cpdef _serialize(self, request)
     cpdef closed(self)

@@ -39,6 +39,8 @@ class Method:
                  "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
+    # Loop turns a timed call's due timer may wait for inputs queued before it (CallMachine.timer: FLUSH)
+    FLUSH_TURNS = 0
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str) -> None:
@@ -97,11 +99,6 @@ class Method:
                       "attempt's headers first", self._method)
         return watch.first_whole()
 
-    def headers_early(self) -> None:
-        """A timed attempt ended at its perAttemptRecvTimeout with headers: its server sends them ahead."""
-        if self._watch is not None:
-            self._watch.early = True
-
     def attempt_started(self, index: int) -> None:
         """(Sync drivers.) An attempt has just been started on subchannel `index`: a name's subchannels read their
         state then (_backends/sync.py)."""
@@ -149,6 +146,8 @@ class Method:
                               bool(wait_for_ready), unary_request)
         if self._watch is not None:
             machine.watch = self._watch
+        if self.watched:
+            machine.flush_turns = self.FLUSH_TURNS
         return machine
 
 

@@ -41,6 +41,8 @@ class _MultiCallable(Method):
 
     __slots__ = ("_interceptors", "timers")
     ATTEMPTS = internals.AIO
+    # A timed call's due timer may wait this many loop turns for completions queued before it (CallMachine.timer)
+    FLUSH_TURNS = 4
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:

@@ -54,8 +54,6 @@ if TYPE_CHECKING:
     from grpc_retry._transport.protocol import AioAttempt
 
 _EOF = grpc.aio.EOF
-# Loop turns a timed attempt's timer waits, once due, for what came before it to be told (_timer_after_queued)
-TIMER_TURNS = 4
 _OK, _CANCELLED = grpc.StatusCode.OK, grpc.StatusCode.CANCELLED
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 
@@ -189,30 +187,23 @@ class _Call(CallDriver):
     def _on_timer(self) -> None:
         self._timer = None
         if not self._done:
-            if self._machine.recv_timeout == INF:
-                self._decide("timer", monotonic())
-            else:  # a timed attempt's: what came before it, on a busy loop, may be queued behind it
-                self._loop.call_soon(self._timer_after_queued, TIMER_TURNS)
+            self._decide("timer", monotonic())
 
-    def _timer_after_queued(self, turns: int) -> None:
-        """A timed call's timer, a few loop turns late: the completions queued with it, and the tasks they wake
-        (grpc.aio's own, for the portable transport's attempts), have run. An attempt whose headers came by then
-        answered in time, as C-core would have seen on its own thread: it tells the machine first, which then
-        re-arms its timer as it needs."""
+    def _flush(self) -> None:
+        # A loop turn later, the completions queued with the timer, and the tasks they wake (grpc.aio's own, for
+        # the portable transport's attempts), have run.
+        self._loop.call_soon(self._flushed)
+
+    def _flushed(self) -> None:
+        """The machine's FLUSH, a loop turn later: tell it the headers that came meanwhile and wait queued."""
         if self._done:
             return
         now = monotonic()
-        told = False
         for n, attempt in list(self._attempts.items()):
             if n != self._winner and aio_headers_came(attempt) and self._attempts.get(n) is attempt:
                 self._decide("headers", n, now, not aio_initial_metadata(attempt))
-                told = True
-        if self._done or self._machine.timer_at > now:  # (inf: disarmed; later: re-armed, its own timer to come)
-            return
-        if not told and turns > 1:
-            self._loop.call_soon(self._timer_after_queued, turns - 1)
-        else:
-            self._decide("timer", now)
+        if not self._done:
+            self._decide("flushed", monotonic())
 
     def _wait(self, generation: int) -> None:
         loop = self._loop

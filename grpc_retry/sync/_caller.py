@@ -160,13 +160,10 @@ class _Caller(_Driver):
         code, details, trailing, _, initial = internals.sync_status(call)
         if (code is _DEADLINE_EXCEEDED and timer_at < self._machine.deadline
                 and grpc_details(details, False) == DEADLINE_DETAILS):
-            # Its perAttemptRecvTimeout. Headers seen with it mean the server sends them ahead of its response:
-            # the method's attempts show them first from then on. (The machine cancels it as its timer fires.)
-            if initial:
-                self._method.headers_early()
+            # Its perAttemptRecvTimeout (the machine cancels it as its timer fires, and judges headers seen)
             if self._kept_token == self._timer_token:
                 self._kept_at = INF
-            return self._machine.timer(max(monotonic(), timer_at))
+            return self._machine.exchange_timer(max(monotonic(), timer_at), bool(initial))
         self._live.discard(n)
         self._last = call, None
         return self._machine.status(n, code.value[0], details, trailing, monotonic(), bool(initial))

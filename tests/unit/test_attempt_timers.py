@@ -235,3 +235,44 @@ def test_the_hand_written_trailer_of_the_property_tests_reads_as_protobuf_writes
     assert parse_retry_info(retry_info_trailer(0, 200_000_000)) == pytest.approx(0.2)
     by_hand = retry_info_trailer(2, 500_000_000)[0][1]
     assert retry_info(2.5)[0][1].endswith(by_hand)  # (protobuf's: another detail first, then the same RetryInfo)
+
+
+# -- a due timer that waits for what was queued before it (FLUSH) --------------------------------------------------
+
+def test_a_due_timer_flushes_what_came_before_it_for_as_many_turns_as_allowed_then_fires():
+    m = machine(timed())
+    m.flush_turns = 4
+    m.start(0.0, b"q")
+    assert names(m.timer(0.25)) == [("FLUSH",)]
+    assert [names(m.flushed(0.25)) for _ in range(3)] == [[("FLUSH",)]] * 3
+    assert names(m.flushed(0.26)) == [("CANCEL", 0), ("TIMER", 0.26 + 0.5)]
+    assert m.recv_timeouts == 1
+    assert m.flushed(0.27) == []  # (a second turn's, after it fired: nothing)
+
+
+def test_headers_told_by_a_flush_answered_in_time():
+    for empty in (False, True):
+        m = machine(timed())
+        m.flush_turns = 4
+        m.start(0.0, b"q")
+        assert names(m.timer(0.25)) == [("FLUSH",)]
+        m.headers(0, 0.25, empty)  # they came before the timer, and waited queued behind it
+        assert m.timer_at == INF and m.flushed(0.25) == [] and m.recv_timeouts == 0
+
+
+def test_a_timer_rearmed_by_what_a_flush_told_fires_later_after_its_own_flush():
+    m = machine(timed())
+    m.flush_turns = 1
+    m.start(0.0, b"q")
+    assert names(m.timer(0.25)) == [("FLUSH",)]
+    assert names(m.status(0, UNAVAILABLE, "x", (), 0.25)) == [("TIMER", 0.75)]  # (its status came queued: a retry)
+    assert m.flushed(0.25) == []
+    assert names(m.timer(0.75)) == [("START", 1, 1, 1), ("TIMER", 1.0)]  # a backoff's timer: no attempt to flush for
+    assert names(m.timer(1.0)) == [("FLUSH",)]
+    assert names(m.flushed(1.0)) == [("CANCEL", 1), ("TIMER", 1.0 + 0.5 * 2)]
+
+
+def test_without_flush_turns_a_due_timer_fires_at_once():
+    m = machine(timed())
+    m.start(0.0, b"q")
+    assert names(m.timer(0.25)) == [("CANCEL", 0), ("TIMER", 0.75)]

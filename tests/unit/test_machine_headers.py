@@ -220,3 +220,15 @@ def test_headers_with_their_response_leave_the_watch_as_it_was():
     m.start(0.0, b"x")
     m.status(0, OK, None, None, 0.1, True, True)  # one batch: headers, response and status together
     assert not m.headers_ahead and not watch.early
+
+
+def test_an_exchange_whose_timer_fired_with_headers_tells_the_watch():
+    """A blocking exchange whose deadline was the call's perAttemptRecvTimeout ended with headers: its server sent
+    them ahead of its response (no response by the timer), which the machine tells the method's watch."""
+    for headers in (False, True):
+        watch = HeadersWatch()
+        m = machine(CallPolicy(3, 1.0, 5.0, 2.0, (UNAVAILABLE,), recv_timeout=0.25))
+        m.watch = watch
+        m.start(0.0, b"x")
+        assert names(m.exchange_timer(0.25, headers)) == [("CANCEL", 0), ("TIMER", 0.75)]
+        assert m.headers_ahead == watch.early == headers
