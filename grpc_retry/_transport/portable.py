@@ -105,14 +105,16 @@ class _Reported:
     _call: Any
     _state: AttemptState
 
-    def _read_end(self, response: Any) -> None:
-        """(A thread that may wait: the call has ended, or its end is near.) Its end, into `_state`."""
+    def _read_end(self, response: Any, headers: bool = True) -> None:
+        """(A thread that may wait: the call has ended, or its end is near.) Its end, into `_state`; without
+        `headers`, its initial metadata is left to be read when asked for (initial_metadata())."""
         call, state = self._call, self._state
         try:
             code = call.code()
             state.details = call.details()
             state.trailing_metadata = tuple(call.trailing_metadata() or ())
-            state.initial_metadata = tuple(call.initial_metadata() or ())
+            if headers:
+                state.initial_metadata = tuple(call.initial_metadata() or ())
             if code is not _OK:
                 state.debug_error_string = _debug_error_string(call)
             else:
@@ -126,7 +128,10 @@ class _Reported:
 
     # What FinishedCall reads of the attempt the application got
     def initial_metadata(self) -> Metadata:
-        return self._state.initial_metadata or ()
+        state = self._state
+        if state.initial_metadata is None:  # (an attempt that ended OK: not read on grpcio's thread)
+            state.initial_metadata = tuple(self._call.initial_metadata() or ())
+        return state.initial_metadata
 
     def details(self) -> Optional[str]:
         return self._state.details
@@ -153,7 +158,19 @@ class SyncAttempt(_Reported):
             self._terminated()
 
     def _terminated(self) -> None:
-        """grpcio's thread (or the maker's): the call has ended; its end is read where a read may wait."""
+        """grpcio's thread (or the maker's): the call has ended. A unary response that came is read and told here:
+        a terminated call's status, trailing metadata and response are in. Else its end is read where a read may
+        wait (its headers, which grpcio may tell after its status)."""
+        call = self._call
+        if self._unary_response and call.code() is _OK:
+            try:
+                response = call.result()
+            except Exception:  # (read again, and told, by _reported_end)
+                response = None
+            if response is not None:
+                self._read_end(response, False)
+                self._tell_end()
+                return
         _elsewhere(self._workers, self._reported_end, "grpc_retry-attempt-end")
 
     def _reported_end(self) -> None:
@@ -163,6 +180,9 @@ class SyncAttempt(_Reported):
         except Exception:  # (read again, and told, by _read_end)
             response = None
         self._read_end(response)
+        self._tell_end()
+
+    def _tell_end(self) -> None:
         self._ended.set()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
