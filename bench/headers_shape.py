@@ -16,6 +16,16 @@ the public shapes a sync unary attempt can take that another thread can cancel, 
   events taken by the caller's thread (no spin thread). Cancelled from another thread, such a call keeps batches
   that no public method drains: `leak_kib_per_cancelled` is the memory it holds per call cancelled that way.
 
+And the floors of two more of the portable transport's sync shapes, on sync grpcio alone (`sync_floors`: CPU per
+call of the shape over grpcio's own call it stands for):
+
+- "stream_unary_future": a stream-unary call (two requests) as `future().result()`, over the blocking call: the
+  one stream-unary attempt another thread can cancel (a failing request iterator must cancel the call, not
+  half-close it), with the spin thread a managed call starts when it overlaps no other;
+- "stream_headers_waited": a response stream read to its end while a worker thread waits in `initial_metadata()`,
+  over the stream read alone: how grpcio's public sync API tells a response stream's headers (what stops a
+  per-attempt receive timer whether or not the application reads).
+
 Prints one JSON object as its last line. Usage: python bench/headers_shape.py [--calls N] [--rounds R]
 """
 
@@ -27,6 +37,7 @@ import json
 import statistics
 import threading
 import time
+from concurrent import futures
 
 import grpc
 import grpc.experimental
@@ -107,6 +118,42 @@ def _sync_measure(target: str, calls: int, rounds: int) -> dict:
     return result
 
 
+def _sync_floors(target: str, calls: int, rounds: int) -> dict:
+    channel = grpc.insecure_channel(target)
+    client_stream = channel.stream_unary(f"/{SERVICE}/ClientStream")
+    stream = channel.unary_stream(f"/{SERVICE}/Stream")
+    waiters = futures.ThreadPoolExecutor(8)
+
+    def blocking_stream_unary(request):
+        return client_stream(iter((request, request)))
+
+    def stream_unary_future(request):
+        return client_stream.future(iter((request, request))).result()
+
+    def read(request):
+        for _ in stream(request):
+            pass
+
+    def read_headers_waited(request):
+        call = stream(request)
+        waiters.submit(call.initial_metadata)
+        for _ in call:
+            pass
+
+    pairs = {"stream_unary_future": (blocking_stream_unary, stream_unary_future),
+             "stream_headers_waited": (read, read_headers_waited)}
+    result: dict = {}
+    for name, (base, shape) in pairs.items():
+        for inflight in (1, 16, 128):
+            samples = _alternate({"base": _sync_runner(base, calls, inflight),
+                                  "shape": _sync_runner(shape, calls, inflight)}, calls, rounds)
+            result.setdefault(name, {})[str(inflight)] = round(statistics.median(
+                s / b for s, b in zip(samples["shape"], samples["base"], strict=True)), 3)
+    waiters.shutdown()
+    channel.close()
+    return result
+
+
 def _rss_kib() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * 4
@@ -144,9 +191,10 @@ def main(argv=None) -> dict:
     try:
         ratios = asyncio.run(_measure(target, args.calls, args.rounds))
         sync = _sync_measure(target, args.calls, args.rounds)
+        floors = _sync_floors(target, args.calls, args.rounds)
     finally:
         process.kill()
-    result = {"grpcio": grpc.__version__, "over_unary": ratios, "sync_over_blocking": sync}
+    result = {"grpcio": grpc.__version__, "over_unary": ratios, "sync_over_blocking": sync, "sync_floors": floors}
     print(json.dumps(result))
     return result
 
