@@ -13,6 +13,7 @@ from libc.string cimport memcmp
 
 include "status.pxi"
 include "throttle.pyx.pxi"
+include "budget.pyx.pxi"
 include "buffer.pyx.pxi"
 include "hedging.pyx.pxi"
 include "headerswatch.pyx.pxi"

@@ -187,6 +187,8 @@ cdef class CallMachine:
         self.state = ATTEMPTING
         if self.hedging and self.policy.hedge is not None:
             self.policy.hedge.call_started()
+        if self.budget is not None:
+            self.budget.call_started(now)
         out = []
         if request is not None:
             self._buffer(<bytes>request, now, out)
@@ -274,6 +276,8 @@ cdef class CallMachine:
         a.live = False
         a.writing = False
         self.live -= 1
+        if a.budgeted:
+            self._budget_release(a)
         self._last = n
         self._timed_out_last = False
         if self.live == 0:
@@ -349,9 +353,9 @@ cdef class CallMachine:
                 self.next_at = now + pushback / 1000.0 if pushback >= 0 else now
                 if self.notes is not None and self.next_at == now:
                     self.notes.append((NOTE_HEDGE_NOW, n))
-            else:
+            elif not self._budget_refuses(now):
                 self.next_at = now + self._backoff(pushback)
-            if self.notes is not None and self.next_at > now:
+            if self.notes is not None and now < self.next_at < INFINITY:
                 self.notes.append((NOTE_BACKOFF, n, self.next_at - now, self.counted + 1, self.max_attempts))
         self._pump(now, out)
         return out
@@ -592,7 +596,29 @@ cdef class CallMachine:
         a.live = False
         a.writing = False
         self.live -= 1
+        if a.budgeted:
+            self._budget_release(a)
         out.append((A_CANCEL, i))
+
+    cdef bint _budget_refuses(self, double now) except -1:
+        """A retry is decided, or a hedge is due: whether the retry budget refuses it (the call then goes on with
+        the attempts it has, and ends with the last one's status). Else it counts it."""
+        if self.budget is None:
+            return False
+        if self.budget.try_retry(now):
+            self._budget_held += 1
+            return False
+        self._stopped = True
+        self._stop_reason = R_RETRY_BUDGET
+        self.policy.stats.record_budget_refusal()
+        if self.notes is not None:
+            self.notes.append((NOTE_STOP, R_RETRY_BUDGET, -1.0))
+        return True
+
+    cdef void _budget_release(self, _Attempt a):
+        a.budgeted = False
+        self._budget_held -= 1
+        self.budget.retry_ended()
 
     cdef void _release(self):
         if self.buffered:
@@ -680,6 +706,8 @@ cdef class CallMachine:
                 if self.notes is not None:
                     self.notes.append((NOTE_STOP, R_BUDGET, -1.0))
                 break
+            if self.hedging and self.counted > 0 and self._budget_refuses(now):
+                break  # (a retry's budget is taken as it is decided, its backoff counted in flight)
             address = self._pick()
             if address < 0:
                 blocked = True
@@ -783,6 +811,8 @@ cdef class CallMachine:
         a.recv_by = now + self.recv_timeout
         a.quiet_until = INFINITY
         a.live = True
+        if why != ORIGINAL and why != TRANSPARENT and self._budget_held > 0:
+            a.budgeted = True  # (the retry or hedge the budget allowed: in flight until it ends)
         self._attempts.append(a)
         self._used = self._used | (1 << address)
         if self.live == 0:
@@ -861,7 +891,7 @@ cdef class CallMachine:
                 self._stop_reason = R_THROTTLED
                 if self.notes is not None:
                     self.notes.append((NOTE_STOP, R_THROTTLED, self.throttle.tokens))
-            elif self.counted < self.max_attempts and not self._stopped:
+            elif self.counted < self.max_attempts and not self._stopped and not self._budget_refuses(now):
                 self.next_at = now + self._backoff(PUSHBACK_NONE)
                 if self.notes is not None:
                     self.notes.append((NOTE_BACKOFF, i, self.next_at - now, self.counted + 1, self.max_attempts))
@@ -895,6 +925,11 @@ cdef class CallMachine:
             out.append((A_UNWAIT,))
         self._set_timer(INFINITY, out)
         self._release()
+        if self.budget is not None:
+            while self._budget_held > 0:  # retries decided and never sent (the call ended in their backoff)
+                self._budget_held -= 1
+                self.budget.retry_ended()
+            self.budget.call_ended()
         self._messages = []
         del self._redos[:]
         self.committed = True

@@ -47,6 +47,9 @@ cdef class RetryStats:
     cdef void record_server_delay(self):
         self.server_delays += 1
 
+    cdef void record_budget_refusal(self):
+        self.refused_by_budget += 1
+
     def histogram(self):
         return {f">={STATS_BUCKETS[i]}": self._buckets[i] for i in range(8)}
 

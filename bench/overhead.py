@@ -14,6 +14,9 @@ Points, each on both APIs (`aio_*`, `sync_*`; sync runs a thread per call in fli
   the retry policy (every call answers well within it); `vs_untimed` is grpc_retry's CPU per call over the same
   call's without the setting, measured in the same rounds: what each attempt's timer costs a call that never needs
   it;
+- `unary_budget`: the unary point with `grpc_retry.retry_budget` set (its rate form, GEP-3388's defaults);
+  `vs_unbudgeted` is grpc_retry's CPU per call over the same call's without it, in the same rounds: what the budget
+  costs calls that need no retry;
 - `unary_aa`: the unary point with grpcio on both sides, two identical channels: how far apart this run measures
   two of the same (an A/A test: its ratio's distance from 1 is the noise floor of the others);
 - `unary_300`: round_robin over 300 addresses (127.0.0.1 to 127.0.1.50, one server), against grpcio with the same
@@ -81,6 +84,7 @@ HEDGING_CONFIG = json.dumps({"methodConfig": [{
     "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "1s", "nonFatalStatusCodes": ["UNAVAILABLE"]},
 }]})
 PAYLOAD = b"x" * 64
+BUDGET = ("grpc_retry.retry_budget", "{}")  # the rate form with GEP-3388's defaults
 MANY = 300  # addresses of the unary_300 point
 
 
@@ -179,6 +183,9 @@ def _compare(runs: Dict[str, Callable[[], None]], calls: int, rounds: int) -> di
     if "ours_untimed" in samples:  # the same calls without perAttemptRecvTimeout
         result["vs_untimed"] = round(statistics.median(
             o / b for o, b in zip(samples["ours"], samples["ours_untimed"], strict=True)), 3)
+    if "ours_unbudgeted" in samples:  # the same calls without a retry budget
+        result["vs_unbudgeted"] = round(statistics.median(
+            o / b for o, b in zip(samples["ours"], samples["ours_unbudgeted"], strict=True)), 3)
     for run in ("ours", "plain"):
         if f"{run}_one_address" in samples:
             result[f"{'' if run == 'ours' else 'plain_'}vs_one_address"] = round(statistics.median(
@@ -238,6 +245,8 @@ def _points(port: int, no_bdp_port: int) -> Dict[str, dict]:
                         "ours_untimed": (one, RETRY_CONFIG, [])},
         "server_stream_timed": {"kind": "stream", "plain": (one, RETRY_CONFIG, []), "ours": (one, TIMED_CONFIG, []),
                                 "ours_untimed": (one, RETRY_CONFIG, [])},
+        "unary_budget": {"kind": "unary", "plain": (one, RETRY_CONFIG, []), "ours": (one, RETRY_CONFIG, [BUDGET]),
+                         "ours_unbudgeted": (one, RETRY_CONFIG, [])},
         # grpcio against itself: what two identical channels measure apart in this run (the noise floor)
         "unary_aa": {"kind": "unary", "grpcio_only": True, "plain": (one, RETRY_CONFIG, []),
                      "ours": (one, RETRY_CONFIG, [])},

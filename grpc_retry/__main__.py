@@ -26,6 +26,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     check.add_argument("--json", action="store_true", help="print the report as JSON, for machines")
     check.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                        help="the client's cap on maxAttempts, as the grpc_retry.max_attempts option (default 5)")
+    check.add_argument("--retry-budget", metavar="JSON",
+                       help="the grpc_retry.retry_budget option's value: validated, and the budget in force printed")
     demo = commands.add_parser(
         "demo", help="the same workload through grpcio and grpc_retry, side by side",
         description="Start three local backends (separate processes): one healthy, one failing a share of its "
@@ -74,7 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         from grpc_retry._check_config import main as check_config
 
-        return check_config(args.file, args.json, args.max_attempts, strict=args.strict)
+        return check_config(args.file, args.json, args.max_attempts, strict=args.strict,
+                            retry_budget=args.retry_budget)
     if args.command == "demo":
         if args.calls < 10 or args.concurrency < 1 or not 0 <= args.fail_share < 1 or not 0 <= args.slow_share <= 1:
             print("demo: --calls must be at least 10, --concurrency at least 1, --fail-share in [0, 1), "

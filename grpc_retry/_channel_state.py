@@ -13,6 +13,7 @@ import weakref
 from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
 from grpc_retry._backends.outliers import OutlierStats
+from grpc_retry._budget import budget_for
 from grpc_retry._config import RetryPolicy, RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
@@ -42,7 +43,7 @@ def throttle_for(target: str, settings: Optional[RetryThrottling]) -> Optional[R
 
 
 class ChannelState:
-    __slots__ = ("target", "options", "pool", "throttle", "rng", "calls", "closed", "telemetry", "_policies",
+    __slots__ = ("target", "options", "pool", "throttle", "budget", "rng", "calls", "closed", "telemetry", "_policies",
                  "watches", "_route_policy", "routes", "_views", "__weakref__")
 
     def __init__(self, target: str, options: OptionsType) -> None:
@@ -52,6 +53,7 @@ class ChannelState:
         self.options: RetryOptions = parse_options(options)
         self.pool = BufferPool(self.options.channel_buffer)
         self.throttle = throttle_for(target, self.options.service_config.retry_throttling)
+        self.budget = budget_for(target, self.options.retry_budget)
         self.telemetry = Telemetry(target, self.throttle, self.options.meter_provider, self.options.tracer_provider)
         self.rng = random.random
         # Calls whose attempts the channel does not run inline: each adds itself as it starts and removes itself

@@ -9,6 +9,7 @@ import math
 import sys
 from typing import Any, Dict, Iterable, List, Optional, TextIO
 
+from grpc_retry._budget import parse_retry_budget
 from grpc_retry._config import (
     STATUS_CODE_NAMES,
     MethodConfig,
@@ -88,12 +89,23 @@ def _code_names(codes: Iterable[int]) -> List[str]:
     return [STATUS_CODE_NAMES[c] for c in codes]
 
 
-def check(text: str, max_attempts_cap: int = DEFAULT_MAX_ATTEMPTS) -> Dict[str, Any]:
+def check(text: str, max_attempts_cap: int = DEFAULT_MAX_ATTEMPTS, retry_budget: Optional[str] = None
+          ) -> Dict[str, Any]:
+    """The report on a service config, and on the grpc_retry.retry_budget option's value when one is given."""
+    budget: Optional[Dict[str, Any]] = None
+    if retry_budget is not None:
+        try:
+            settings = parse_retry_budget(retry_budget)
+        except ValueError as error:
+            return {"valid": False, "errors": [str(error)], "warnings": []}
+        assert settings is not None
+        budget = {**dataclasses.asdict(settings), "in_force": settings.describe()}
     try:
         config = parse_service_config(text, max_attempts_cap=max_attempts_cap)
     except ServiceConfigError as error:
         return {"valid": False, "errors": error.errors, "warnings": []}
-    return {"valid": True, "errors": [], "warnings": list(config.warnings), **describe(config)}
+    return {"valid": True, "errors": [], "warnings": list(config.warnings), **describe(config),
+            "retry_budget": budget}
 
 
 def _print_human(report: Dict[str, Any], out: TextIO) -> None:
@@ -122,6 +134,10 @@ def _print_human(report: Dict[str, Any], out: TextIO) -> None:
             if field in method:
                 line += f"; {field} {method[field]}"
         print(line, file=out)
+    budget = report.get("retry_budget")
+    if budget is not None:
+        print(f"  retry budget ({'concurrency' if budget['concurrent'] else 'rate'} form): {budget['in_force']}",
+              file=out)
     throttle = report["retry_throttling"]
     if throttle is not None:
         print(f"  throttling: retries and hedges stop at or below {throttle['retries_stop_at_or_below_tokens']} "
@@ -149,7 +165,7 @@ def _print_human(report: Dict[str, Any], out: TextIO) -> None:
 
 
 def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] = None, *,
-         strict: bool = False) -> int:
+         strict: bool = False, retry_budget: Optional[str] = None) -> int:
     """Check the config at `path` ("-": standard input) and print the report. `strict`: a warning fails the check
     too (a CI job that must not publish a config with a misspelt key)."""
     out = out or sys.stdout
@@ -158,7 +174,7 @@ def main(path: str, as_json: bool, max_attempts_cap: int, out: Optional[TextIO] 
     except (OSError, UnicodeDecodeError) as error:
         print(f"check-config: cannot read {path}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    report = check(text, max_attempts_cap)
+    report = check(text, max_attempts_cap, retry_budget)
     failed = not report["valid"] or strict and bool(report["warnings"])
     if as_json:
         print(json.dumps(report, indent=2), file=out)

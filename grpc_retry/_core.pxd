@@ -24,6 +24,28 @@ cdef class RetryThrottle:
     cpdef bint allows_retry(self)
 
 
+cdef class _Window:
+    cdef double width
+    cdef long long slot
+    cdef long counts[10]
+    cdef long total
+    cdef void roll(self, double now)
+    cdef void add(self)
+
+
+cdef class RetryBudget:
+    cdef readonly bint concurrent
+    cdef readonly double percent, interval, min_interval
+    cdef readonly long min_count
+    cdef _Window _calls, _retries, _floor
+    cdef readonly long calls_in_flight, retries_in_flight
+    cdef readonly long refused     # retries and hedges it did not allow
+    cpdef void call_started(self, double now)
+    cpdef void call_ended(self)
+    cpdef bint try_retry(self, double now)
+    cpdef void retry_ended(self)
+
+
 cdef class HeadersWatch:
     cdef readonly long first, every      # its first calls show their headers first, then one in every `every`
     cdef readonly long calls             # hedged calls started
@@ -66,11 +88,13 @@ cdef class RetryStats:
     cdef readonly long stopped_by_attempt_limit
     cdef readonly long attempts_timed_out   # attempts cancelled by perAttemptRecvTimeout
     cdef readonly long server_delays        # retries delayed as a server's RetryInfo asked
+    cdef readonly long refused_by_budget    # calls whose retry or hedge the retry budget did not allow
     cdef void record_call(self, long attempts, long transparent, bint overflowed, int reason)
     cdef void record_retry(self, int n)
     cdef void record_failure(self)
     cdef void record_recv_timeout(self)
     cdef void record_server_delay(self)
+    cdef void record_budget_refusal(self)
 
 
 cdef class CallPolicy:
@@ -124,6 +148,7 @@ cdef class _Attempt:
     cdef double quiet_until  # its empty headers' silence commits the call then (inf: none came)
     cdef long sent          # messages it has written
     cdef bint live
+    cdef bint budgeted      # a retry or hedge the retry budget counts in flight until it ends
     cdef bint writing       # a WRITE is out, not yet answered by wrote()
     cdef bint closing       # HALF_CLOSE is out
 
@@ -187,6 +212,8 @@ cdef class CallMachine:
     cdef int _quiet             # attempts whose empty headers came
     cdef readonly bint headers_ahead  # the winner answered well before its status: see HeadersWatch
     cdef public HeadersWatch watch    # the method's (hedged unary-unary calls; else None): told of it
+    cdef public RetryBudget budget  # grpc_retry.retry_budget's, shared by the target's calls (None: none)
+    cdef int _budget_held       # retries the budget counts in flight for this call (decided, not yet ended)
     cdef public int flush_turns  # FLUSHes a timed call's due timer may take (its driver's inputs can queue)
     cdef int _flushes           # FLUSHes taken by the due timer (0: none pending)
     cdef bint _flush_told       # headers were told since the first
@@ -218,6 +245,8 @@ cdef class CallMachine:
     cdef void _commit_pending(self, list out) except *
     cdef void _commit_to(self, int n, list out) except *
     cdef void _cancel_attempt(self, int i, _Attempt a, list out) except *
+    cdef bint _budget_refuses(self, double now) except -1
+    cdef void _budget_release(self, _Attempt a)
     cdef void _release(self)
     cdef double _backoff(self, long pushback) except? -1
     cdef bint _redo(self, _Attempt a, int kind, double now) except -1

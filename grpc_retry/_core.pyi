@@ -69,6 +69,28 @@ class RetryThrottle:
     @property
     def tokens(self) -> float: ...
 
+class RetryBudget:
+    concurrent: bool
+    percent: float
+    interval: float
+    min_interval: float
+    min_count: int
+    calls_in_flight: int
+    retries_in_flight: int
+    refused: int
+    def __init__(self, concurrent: bool, percent: float, min_count: int, interval: float = 10.0,
+                 min_interval: float = 1.0) -> None: ...
+    def call_started(self, now: float) -> None: ...
+    def call_ended(self) -> None: ...
+    def try_retry(self, now: float) -> bool: ...
+    def retry_ended(self) -> None: ...
+    @property
+    def retries_in_window(self) -> int: ...
+    @property
+    def calls_in_window(self) -> int: ...
+
+BUDGET_SLOTS: int
+
 class BufferPool:
     capacity: int
     used: int
@@ -108,6 +130,7 @@ class RetryStats:
     stopped_by_attempt_limit: int
     attempts_timed_out: int
     server_delays: int
+    refused_by_budget: int
     def histogram(self) -> Dict[str, int]: ...
     def as_dict(self) -> Dict[str, Any]: ...
 
@@ -184,6 +207,7 @@ class CallMachine:
     headers_ahead: bool
     watch: Optional[HeadersWatch]
     flush_turns: int
+    budget: Optional[RetryBudget]
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]

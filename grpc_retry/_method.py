@@ -36,7 +36,8 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
-                 "_per_rpc_buffer", "_enable_retries", "_telemetry", "_addresses", "_started", "_watch", "_early_said")
+                 "_per_rpc_buffer", "_enable_retries", "_budget", "_telemetry", "_addresses", "_started", "_watch",
+                 "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
     # Loop turns a timed call's due timer may wait for inputs queued before it (CallMachine.timer: FLUSH)
@@ -65,6 +66,7 @@ class Method:
         self._timeout = self._policy.timeout
         self._wait_for_ready = self._policy.wait_for_ready
         self._throttle, self._pool, self._picker = state.throttle, state.pool, subchannels.picker
+        self._budget = state.budget
         self._per_rpc_buffer, self._enable_retries = state.options.per_rpc_buffer, state.options.enable_retries
         self._telemetry = state.telemetry
         self._addresses = subchannels.addresses  # (one list, grown in place)
@@ -148,6 +150,8 @@ class Method:
             machine.watch = self._watch
         if self.watched:
             machine.flush_turns = self.FLUSH_TURNS
+        if self._budget is not None:
+            machine.budget = self._budget
         return machine
 
 

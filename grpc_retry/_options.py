@@ -9,6 +9,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from grpc_retry._budget import RetryBudgetSettings, parse_retry_budget
 from grpc_retry._config import ServiceConfig, ServiceConfigWarning, parse_service_config
 from grpc_retry._suggest import closest, hint
 
@@ -19,6 +20,7 @@ CHANNEL_BUFFER = "grpc_retry.retry_buffer_size"
 MAX_ATTEMPTS = "grpc_retry.max_attempts"
 HEDGING_QUANTILE = "grpc_retry.hedging_quantile"
 MAX_EXTRA_LOAD = "grpc_retry.max_extra_load"
+RETRY_BUDGET = "grpc_retry.retry_budget"
 LB_POLICY = "grpc.lb_policy_name"
 ENABLE = "grpc_retry.enable"  # read by install()'s constructors; accepted (and ignored) by our channels
 METER_PROVIDER = "grpc_retry.meter_provider"
@@ -37,7 +39,7 @@ DEFAULT_DNS_MIN_INTERVAL_MS = 30000  # C-core's
 DEFAULT_MAX_SERVER_DELAY = 30.0
 LB_POLICIES = ("pick_first", "round_robin")
 OURS = (CHANNEL_BUFFER, MAX_ATTEMPTS, HEDGING_QUANTILE, MAX_EXTRA_LOAD, ENABLE,  # the grpc_retry.* options
-        METER_PROVIDER, TRACER_PROVIDER, DNS_REFRESH, CONNECTIONS, MAX_SERVER_DELAY)
+        METER_PROVIDER, TRACER_PROVIDER, DNS_REFRESH, CONNECTIONS, MAX_SERVER_DELAY, RETRY_BUDGET)
 
 OptionsType = Optional[Sequence[Tuple[str, Any]]]
 
@@ -65,6 +67,7 @@ class RetryOptions:
     dns_min_interval: float = DEFAULT_DNS_MIN_INTERVAL_MS / 1000  # seconds between two lookups on a loss
     connections_per_address: int = 1
     max_server_delay: float = DEFAULT_MAX_SERVER_DELAY  # seconds: the longest RetryInfo delay waited for
+    retry_budget: Optional[RetryBudgetSettings] = None  # grpc_retry.retry_budget (None: none)
 
 
 def _int_option(name: str, value: Any, minimum: int) -> int:
@@ -136,6 +139,7 @@ def parse_options(options: OptionsType) -> RetryOptions:
     min_interval = _int_option(DNS_MIN_INTERVAL, ours.get(DNS_MIN_INTERVAL, DEFAULT_DNS_MIN_INTERVAL_MS), 0)
     connections = _int_option(CONNECTIONS, ours.get(CONNECTIONS, 1), 1)
     server_delay = _float_option(MAX_SERVER_DELAY, ours.get(MAX_SERVER_DELAY), 0.0, None, "at least 0")
+    budget = parse_retry_budget(ours.get(RETRY_BUDGET))
 
     text = ours.get(SERVICE_CONFIG)
     if text is not None and not isinstance(text, (str, bytes)):
@@ -167,7 +171,7 @@ def parse_options(options: OptionsType) -> RetryOptions:
     return RetryOptions(config, bool(enable), per_rpc, channel, cap, 0.0 if quantile is None else quantile,
                         -1.0 if extra is None else extra, lb_policy, tuple(rest), meter_provider, tracer_provider,
                         refresh / 1000, min_interval / 1000, connections,
-                        DEFAULT_MAX_SERVER_DELAY if server_delay is None else server_delay)
+                        DEFAULT_MAX_SERVER_DELAY if server_delay is None else server_delay, budget)
 
 
 # The grpc.* names a near miss of which is warned: those grpc_retry reads, and its own (written as grpc.*).

@@ -48,6 +48,7 @@ class MethodStats:
     hedges_not_sent_for_budget: int = 0     # hedges due but over `grpc_retry.max_extra_load`
     attempts_timed_out: int = 0             # attempts cancelled by retryPolicy.perAttemptRecvTimeout
     server_delays: int = 0                  # retries delayed as a server's google.rpc.RetryInfo asked
+    refused_by_budget: int = 0              # calls whose retry or hedge `grpc_retry.retry_budget` did not allow
 
     @property
     def retry_attempts(self) -> int:
@@ -85,6 +86,8 @@ class MethodStats:
         if self.attempts_timed_out or self.server_delays:
             lines.append(f"attempts timed out {self.attempts_timed_out}, "
                          f"retries delayed by the server's RetryInfo {self.server_delays}")
+        if self.refused_by_budget:
+            lines.append(f"calls whose retry or hedge the retry budget refused {self.refused_by_budget}")
         if self.hedging_delay is not None:
             lines.append(f"hedging delay now {self.hedging_delay * 1000:.1f} ms, "
                          f"hedges not sent for max_extra_load {self.hedges_not_sent_for_budget}")
@@ -124,7 +127,8 @@ def method_stats(policy: CallPolicy, now: float) -> MethodStats:
         histogram=MappingProxyType(s.histogram()),
         hedging_delay=None if hedge is None else hedge.delay(now),
         hedges_not_sent_for_budget=0 if hedge is None else hedge.budget_stopped,
-        attempts_timed_out=s.attempts_timed_out, server_delays=s.server_delays)
+        attempts_timed_out=s.attempts_timed_out, server_delays=s.server_delays,
+        refused_by_budget=s.refused_by_budget)
 
 
 # The table's count columns: header, MethodStats field. "throttled": calls stopped by the retry throttle.
@@ -132,7 +136,7 @@ _COLUMNS = (("calls", "calls"), ("attempts", "attempts"), ("retries", "retries")
             ("transparent", "transparent_retries"), ("throttled", "stopped_by_throttling"))
 # Its "outcomes" column: the other ways a call's retries ended, the ones that happened.
 _OUTCOMES = (("max attempts", "stopped_by_attempt_limit"), ("pushback", "stopped_by_pushback"),
-             ("overflow", "committed_by_overflow"))
+             ("overflow", "committed_by_overflow"), ("retry budget", "refused_by_budget"))
 # Why a method has no stats, as the KeyError words it, when nothing more precise is known.
 NO_POLICY = "the service config gives it no retryPolicy or hedgingPolicy"
 

@@ -61,7 +61,8 @@ TRACE_ENV = "GRPC_RETRY_TRACE"
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _WHY = {RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent retry"}
 _TYPES = {ORIGINAL: "original", RETRY: "retry", HEDGE: "hedge", TRANSPARENT: "transparent_retry"}
-_STOPS = {"throttled": "throttled", "pushback_stop": "pushback", "hedge_budget": "hedge budget spent"}
+_STOPS = {"throttled": "throttled", "pushback_stop": "pushback", "hedge_budget": "hedge budget spent",
+          "retry_budget": "budget"}
 
 # A66's bucket boundaries for latencies (seconds); for counts, C-core's for its retry histograms.
 LATENCY_BUCKETS = (0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006,
@@ -483,7 +484,8 @@ class CallTelemetry:
         elif kind == NOTE_STOP:
             _, reason, value = note
             name = REASONS[reason]
-            text = "stop: " + _STOPS.get(name, name)
+            text = (("hedge" if self._machine.hedging else "retry") + " not sent: budget" if name == "retry_budget"
+                    else "stop: " + _STOPS.get(name, name))
             throttle = self._channel.throttle
             if name == "throttled" and throttle is not None:
                 text += f" (tokens {value:.1f} ≤ {throttle.max_milli_tokens / 2000:g})"

@@ -237,6 +237,24 @@ def test_trace_log_names_throttling_and_pushback(backend: Backend, caplog: pytes
         "UNAVAILABLE → stop: throttled (tokens 1.0 ≤ 1)", "UNAVAILABLE → stop: throttled (tokens 0.0 ≤ 1)"]
 
 
+def test_trace_log_names_a_retry_the_budget_refused(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    policy = {"maxAttempts": 4, "initialBackoff": ".01s", "maxBackoff": ".01s", "backoffMultiplier": 1.0,
+              "retryableStatusCodes": ["UNAVAILABLE"]}
+    config = json.dumps({"methodConfig": [{"name": [{"service": ECHO_SERVICE}], "retryPolicy": policy}]})
+    budget = json.dumps({"budget": {"percent": 0}, "minRetryRate": {"count": 1, "interval": "60s"}})
+    caplog.set_level(logging.DEBUG, logger="grpc_retry")
+    backend.script(UNARY, *[fail()] * 3)
+    with grpc_retry.insecure_channel(backend.target, options=[("grpc.service_config", config),
+                                                              ("grpc_retry.retry_budget", budget)]) as ch:
+        with pytest.raises(grpc.RpcError):
+            ch.unary_unary(UNARY)(b"x", timeout=10)
+        stats = ch.retry_stats()[UNARY]
+    assert (stats.calls, stats.attempts, stats.refused_by_budget) == (1, 2, 1)
+    assert "calls whose retry or hedge the retry budget refused 1" in str(stats)
+    refused = [r.getMessage() for r in caplog.records if "not sent: budget" in r.getMessage()]
+    assert [line.split(": ", 1)[1] for line in refused] == ["UNAVAILABLE → retry not sent: budget"]
+
+
 def test_timed_out_attempts_and_server_delays_are_logged_counted_and_traced(
         backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
     from test_attempt_timeouts import STALL, retry_info

@@ -61,6 +61,19 @@ def test_the_client_cap_is_an_option(tmp_path, capsys):
     assert code == 0 and report["methods"]["/pkg.Svc/*"]["max_attempts"] == 3
 
 
+def test_the_retry_budget_option_is_checked_and_the_budget_in_force_printed(tmp_path, capsys):
+    code, out = run(tmp_path, capsys, CONFIG, "--retry-budget", '{"budgetPercent": 25}')
+    assert code == 0
+    assert "  retry budget (concurrency form): retries in flight at most 25% of the calls in flight, and at least 3" \
+        in out.out.splitlines()
+    code, out = run(tmp_path, capsys, CONFIG, "--json", "--retry-budget", "{}")
+    assert json.loads(out.out)["retry_budget"]["in_force"] == \
+        "retries at most 20% of the calls over 10s, and at least 10 per 1s"
+    code, out = run(tmp_path, capsys, CONFIG, "--retry-budget", '{"minRetryRate": {"interval": "7200s"}}')
+    assert code == 1
+    assert "error: channel option grpc_retry.retry_budget: minRetryRate.interval: must be from 1s to 1h" in out.out
+
+
 def test_an_invalid_config_lists_every_error(tmp_path, capsys):
     code, out = run(tmp_path, capsys, {"methodConfig": [{"name": [{}], "timeout": "soon",
                                                          "retryPolicy": {"maxAttempts": 1}}]})

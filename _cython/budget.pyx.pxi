@@ -1,0 +1,115 @@
+# Retry budgets (grpc_retry.retry_budget): the extra load that retries and hedges may add, in the two forms meshes
+# use. One instance per target and settings, shared by calls, as the throttle is; every method runs with the GIL
+# held and calls no Python code, so it is atomic for threaded drivers too. O(1) per call and per retry.
+#
+# - Rate (the Gateway API's GEP-3388, Finagle's RetryBudget, tower's TpsBudget): over any `interval` the retries
+#   may number at most `percent` % of the calls started in it; and `min_count` per `min_interval` are allowed
+#   whatever the percentage says. Each window is BUDGET_SLOTS slots that roll as time goes, forgetting the oldest.
+# - Concurrency (Envoy's cluster retry_budget): retries in flight at most max(`percent` % of the calls in flight,
+#   `min_count`). A retry is in flight from the moment it is decided, its backoff included, until its attempt ends
+#   or its call does (Envoy counts it only once sent, and overshoots by the retries waiting).
+
+from libc.math cimport floor
+
+cdef int _SLOTS = 10  # (the size of _Window.counts, grpc_retry/_core.pxd)
+BUDGET_SLOTS = _SLOTS
+
+
+cdef class _Window:
+    """Counts per slot of `width` seconds, over the last _SLOTS slots (`slot`: the current one's number)."""
+
+    def __init__(self, double span):
+        self.width = span / _SLOTS
+        self.slot = -1
+        self.total = 0
+        for i in range(_SLOTS):
+            self.counts[i] = 0
+
+    cdef void roll(self, double now):
+        cdef long long slot = <long long>floor(now / self.width)
+        cdef long long k
+        if slot <= self.slot:
+            return
+        if slot - self.slot >= _SLOTS:
+            for k in range(_SLOTS):
+                self.counts[k] = 0
+            self.total = 0
+        else:
+            for k in range(self.slot + 1, slot + 1):
+                self.total -= self.counts[k % _SLOTS]
+                self.counts[k % _SLOTS] = 0
+        self.slot = slot
+
+    cdef void add(self):
+        self.counts[self.slot % _SLOTS] += 1
+        self.total += 1
+
+
+cdef class RetryBudget:
+    def __init__(self, bint concurrent, double percent, long min_count, double interval=10.0,
+                 double min_interval=1.0):
+        if not 0.0 <= percent <= 100.0 or min_count < 0 or interval <= 0 or min_interval <= 0:
+            raise ValueError("percent must be in [0, 100], min_count at least 0, intervals positive")
+        self.concurrent = concurrent
+        self.percent = percent
+        self.min_count = min_count
+        self.interval = interval
+        self.min_interval = min_interval
+        self._calls = _Window(interval)
+        self._retries = _Window(interval)
+        self._floor = _Window(min_interval)
+        self.calls_in_flight = 0
+        self.retries_in_flight = 0
+        self.refused = 0
+
+    cpdef void call_started(self, double now):
+        if self.concurrent:
+            self.calls_in_flight += 1
+        else:
+            self._calls.roll(now)
+            self._calls.add()
+
+    cpdef void call_ended(self):
+        if self.concurrent and self.calls_in_flight > 0:
+            self.calls_in_flight -= 1
+
+    cpdef bint try_retry(self, double now):
+        """A retry or hedge is due: whether the budget allows it (then it is counted)."""
+        cdef double limit
+        if self.concurrent:
+            limit = self.percent * self.calls_in_flight / 100.0
+            if self.retries_in_flight + 1 <= limit or self.retries_in_flight < self.min_count:
+                self.retries_in_flight += 1
+                return True
+            self.refused += 1
+            return False
+        self._calls.roll(now)
+        self._retries.roll(now)
+        self._floor.roll(now)
+        if (self._retries.total + 1) * 100.0 <= self.percent * self._calls.total or \
+                self._floor.total < self.min_count:
+            self._retries.add()
+            self._floor.add()
+            return True
+        self.refused += 1
+        return False
+
+    cpdef void retry_ended(self):
+        """(Concurrency form.) A retry allowed earlier is no longer in flight."""
+        if self.concurrent and self.retries_in_flight > 0:
+            self.retries_in_flight -= 1
+
+    @property
+    def retries_in_window(self):
+        return self._retries.total
+
+    @property
+    def calls_in_window(self):
+        return self._calls.total
+
+    def __repr__(self):
+        if self.concurrent:
+            return (f"RetryBudget(concurrency: {self.percent:g}% of {self.calls_in_flight} calls in flight, at least "
+                    f"{self.min_count}; {self.retries_in_flight} retries in flight)")
+        return (f"RetryBudget(rate: {self.percent:g}% of calls over {self.interval:g}s, at least {self.min_count} "
+                f"per {self.min_interval:g}s; {self._retries.total} retries for {self._calls.total} calls)")
