@@ -17,7 +17,7 @@ from grpc_retry._budget import budget_for
 from grpc_retry._config import RetryPolicy, RetryThrottling
 from grpc_retry._core import BufferPool, CallPolicy, HedgingControl, RetryThrottle
 from grpc_retry._options import OptionsType, RetryOptions, parse_options
-from grpc_retry._otel import observe_hedging, observe_outliers
+from grpc_retry._otel import observe_budget, observe_hedging, observe_outliers
 from grpc_retry._stats import NO_POLICY, ChannelStats, MethodStats, channel_stats, method_stats
 from grpc_retry._telemetry import Telemetry
 
@@ -67,6 +67,8 @@ class ChannelState:
         self._views: weakref.WeakSet[ChannelState] = weakref.WeakSet()  # every view a call may hold, for close()
         if self._adaptive() and self.telemetry.meter_provider is not None:
             observe_hedging(self.telemetry.meter_provider, self)
+        if self.budget is not None and self.telemetry.meter_provider is not None:
+            observe_budget(self.telemetry.meter_provider, self)
 
     def routed(self, retry_policy: Optional[RetryPolicy]) -> ChannelState:
         """The channel as the calls of an xDS route see it: the route's retry policy (A44) in place of the service
@@ -104,6 +106,11 @@ class ChannelState:
     def hedges(self) -> List[Tuple[str, HedgingControl]]:
         """Each method's adaptive hedging (its delay and budget), for methods called so far with a hedging policy."""
         return [(method, policy.hedge) for method, policy in self._every_policy() if policy.hedge is not None]
+
+    def budget_refusals(self) -> List[Tuple[str, int]]:
+        """Each method's calls whose retry or hedge the retry budget refused, for methods with a policy."""
+        return [(method, policy.stats.refused_by_budget) for method, policy in self._every_policy()
+                if policy.max_attempts > 1]
 
     def _every_policy(self) -> List[Tuple[str, CallPolicy]]:
         """Each method's policy, the routes' views' too (a method routed under two policies: the channel's first)."""

@@ -88,6 +88,34 @@ def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) 
             for channel in open_channels for method, hedge in channel.hedges()]
 
 
+# Calls whose retry or hedge grpc_retry.retry_budget refused, per method, observed the same way.
+_budget_channels: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+BUDGET_REFUSED = "grpc_retry.client.call.retries_refused_by_budget"
+
+
+def observe_budget(provider: Any, channel: Any) -> None:
+    """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `budget_refusals()`) on `provider`'s
+    meter."""
+    with _observed_lock:
+        channels = _budget_channels.get(provider)
+        if channels is None:
+            channels = _budget_channels[provider] = weakref.WeakSet()
+            meter = provider.get_meter("grpc_retry", __version__)
+            meter.create_observable_counter(
+                BUDGET_REFUSED, callbacks=[functools.partial(_observe_budget, channels)], unit="{call}",
+                description="Calls whose retry or hedge was not sent: over grpc_retry.retry_budget.")
+        channels.add(channel)
+
+
+def _observe_budget(channels: weakref.WeakSet[Any], options: Any = None) -> Iterable[Any]:
+    from opentelemetry.metrics import Observation
+
+    with _observed_lock:
+        open_channels = [channel for channel in channels if not channel.closed]
+    return [Observation(refused, {"grpc.method": method.lstrip("/"), "grpc.target": channel.telemetry.target})
+            for channel in open_channels for method, refused in channel.budget_refusals()]
+
+
 # Outlier detection's counters (gRFC A91's names), observed the same way: per meter provider, every open
 # channel's detector, summed per target.
 _outlier_detectors: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()

@@ -385,6 +385,22 @@ def test_adaptive_hedging_is_observed_as_metrics(backend: Backend) -> None:
     assert "grpc_retry.client.hedging_delay" not in points(reader)  # a closed channel is no longer observed
 
 
+def test_calls_the_retry_budget_refused_are_counted_as_a_metric(backend: Backend) -> None:
+    backend.script(UNARY, *[fail()] * 4)
+    budget = json.dumps({"budget": {"percent": 0}, "minRetryRate": {"count": 1, "interval": "60s"}})
+    _, reader, _, extra = telemetry()
+    options = [("grpc.service_config", service_config(retry_policy(max_attempts=3))),
+               ("grpc_retry.retry_budget", budget), *extra]
+    with grpc_retry.insecure_channel(backend.target, options=options) as channel:
+        for _ in range(2):  # the first call's one retry goes, the second's does not; each ends refused
+            with pytest.raises(grpc.RpcError):
+                channel.unary_unary(UNARY)(b"x", timeout=10)
+        (refused,) = points(reader)["grpc_retry.client.call.retries_refused_by_budget"]
+        assert dict(refused.attributes) == {"grpc.method": METHOD, "grpc.target": f"dns:///{backend.target}"}
+        assert refused.value == 2 == channel.retry_stats()[UNARY].refused_by_budget
+    assert "grpc_retry.client.call.retries_refused_by_budget" not in points(reader)
+
+
 @pytest.mark.parametrize("api", ["sync", "aio"])
 def test_each_attempt_carries_its_own_span_as_traceparent(backend: Backend, api: str) -> None:
     """The trace context on the wire is the attempt's span, so a server span hangs under the attempt that
