@@ -7,7 +7,8 @@
 #   whatever the percentage says. Each window is BUDGET_SLOTS slots that roll as time goes, forgetting the oldest.
 # - Concurrency (Envoy's cluster retry_budget): retries in flight at most max(`percent` % of the calls in flight,
 #   `min_count`). A retry is in flight from the moment it is decided, its backoff included, until its attempt ends
-#   or its call does (Envoy counts it only once sent, and overshoots by the retries waiting).
+#   or its call does (Envoy counts it only once sent, and overshoots by the retries waiting). `max_in_flight`
+#   (>= 0) caps them besides (an xDS cluster's explicit max_retries).
 
 from libc.math cimport floor
 
@@ -47,7 +48,7 @@ cdef class _Window:
 
 cdef class RetryBudget:
     def __init__(self, bint concurrent, double percent, long min_count, double interval=10.0,
-                 double min_interval=1.0):
+                 double min_interval=1.0, long max_in_flight=-1):
         if not 0.0 <= percent <= 100.0 or min_count < 0 or interval <= 0 or min_interval <= 0:
             raise ValueError("percent must be in [0, 100], min_count at least 0, intervals positive")
         self.concurrent = concurrent
@@ -55,6 +56,7 @@ cdef class RetryBudget:
         self.min_count = min_count
         self.interval = interval
         self.min_interval = min_interval
+        self.max_in_flight = max_in_flight
         self._calls = _Window(interval)
         self._retries = _Window(interval)
         self._floor = _Window(min_interval)
@@ -78,7 +80,8 @@ cdef class RetryBudget:
         cdef double limit
         if self.concurrent:
             limit = self.percent * self.calls_in_flight / 100.0
-            if self.retries_in_flight + 1 <= limit or self.retries_in_flight < self.min_count:
+            if (self.retries_in_flight + 1 <= limit or self.retries_in_flight < self.min_count) and \
+                    (self.max_in_flight < 0 or self.retries_in_flight < self.max_in_flight):
                 self.retries_in_flight += 1
                 return True
             self.refused += 1
@@ -110,6 +113,6 @@ cdef class RetryBudget:
     def __repr__(self):
         if self.concurrent:
             return (f"RetryBudget(concurrency: {self.percent:g}% of {self.calls_in_flight} calls in flight, at least "
-                    f"{self.min_count}; {self.retries_in_flight} retries in flight)")
+                    f"{self.min_count}, at most {self.max_in_flight}; {self.retries_in_flight} retries in flight)")
         return (f"RetryBudget(rate: {self.percent:g}% of calls over {self.interval:g}s, at least {self.min_count} "
                 f"per {self.min_interval:g}s; {self._retries.total} retries for {self._calls.total} calls)")

@@ -21,6 +21,7 @@ OPTION = "grpc_retry.retry_budget"
 RATE_KEYS = ("budget", "minRetryRate")
 CONCURRENCY_KEYS = ("budgetPercent", "minRetryConcurrency")
 _MIN_INTERVAL, _MAX_INTERVAL = 1.0, 3600.0
+UNBOUNDED = 1 << 30  # a floor no call count reaches: only max_in_flight bounds the retries
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,15 @@ class RetryBudgetSettings:
     min_count: int = 10       # minRetryRate.count, or minRetryConcurrency
     interval: float = 10.0    # budget.interval (rate form), seconds
     min_interval: float = 1.0  # minRetryRate.interval (rate form), seconds
+    max_in_flight: int = -1    # (concurrency form) a cap besides: an xDS cluster's explicit max_retries (-1: none)
 
     def describe(self) -> str:
         if self.concurrent:
+            if self.min_count >= UNBOUNDED:
+                return f"retries in flight at most {self.max_in_flight}"
             return (f"retries in flight at most {self.percent:g}% of the calls in flight, and at least "
-                    f"{self.min_count}")
+                    f"{self.min_count}" + (f", but never more than {self.max_in_flight}"
+                                           if self.max_in_flight >= 0 else ""))
         return (f"retries at most {self.percent:g}% of the calls over {self.interval:g}s, and at least "
                 f"{self.min_count} per {self.min_interval:g}s")
 
@@ -129,6 +134,10 @@ def budget_for(target: str, settings: Optional[RetryBudgetSettings]) -> Optional
     with _budgets_lock:
         budget = _budgets.get(key)
         if budget is None:
-            budget = _budgets[key] = RetryBudget(settings.concurrent, settings.percent, settings.min_count,
-                                                 settings.interval, settings.min_interval)
+            budget = _budgets[key] = new_budget(settings)
         return budget
+
+
+def new_budget(settings: RetryBudgetSettings) -> RetryBudget:
+    return RetryBudget(settings.concurrent, settings.percent, settings.min_count, settings.interval,
+                       settings.min_interval, settings.max_in_flight)

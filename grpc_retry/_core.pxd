@@ -36,7 +36,7 @@ cdef class _Window:
 cdef class RetryBudget:
     cdef readonly bint concurrent
     cdef readonly double percent, interval, min_interval
-    cdef readonly long min_count
+    cdef readonly long min_count, max_in_flight
     cdef _Window _calls, _retries, _floor
     cdef readonly long calls_in_flight, retries_in_flight
     cdef readonly long refused     # retries and hedges it did not allow

@@ -36,16 +36,17 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
-                 "_per_rpc_buffer", "_enable_retries", "_budget", "_telemetry", "_addresses", "_started", "_watch",
-                 "_early_said")
+                 "_per_rpc_buffer", "_enable_retries", "_budget", "_admission", "_telemetry", "_addresses",
+                 "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
     # Loop turns a timed call's due timer may wait for inputs queued before it (CallMachine.timer: FLUSH)
     FLUSH_TURNS = 0
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
-                 deserializer: Deserializer, kind: str) -> None:
+                 deserializer: Deserializer, kind: str, admission: Any = None) -> None:
         self._state = state
+        self._admission = admission  # a routed cluster's (its retry budget, if any, is its calls'), or None
         self._method = method
         self._serializer = serializer
         self.deserializer = deserializer
@@ -150,8 +151,11 @@ class Method:
             machine.watch = self._watch
         if self.watched:
             machine.flush_turns = self.FLUSH_TURNS
-        if self._budget is not None:
-            machine.budget = self._budget
+        budget = self._budget
+        if self._admission is not None and self._admission.budget is not None:
+            budget = self._admission.budget  # (its cluster's: per call, as the control plane may change it)
+        if budget is not None:
+            machine.budget = budget
         return machine
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 import grpc
 
+from grpc_retry._core import RetryBudget
 from grpc_retry._driver import CLOSED_DETAILS
 from grpc_retry._method import Deserializer, Serializer
 
@@ -32,15 +33,20 @@ class Admission(Protocol):
     def release(self, _: Any = None) -> None:
         """An admitted call has ended (a done callback's argument, if any, is the call)."""
 
+    @property
+    def budget(self) -> Optional[RetryBudget]:
+        """The cluster's retry budget, which its calls' retries and hedges count against (None: the channel's)."""
+
 
 class Cluster:
     """What a method reads of its channel: a cluster's subchannels, under one route's view of the channel state,
-    and the channel's own workers (sync) or call timers (aio)."""
+    the cluster's admission (its retry budget: per call, Method._machine), and the channel's own workers (sync) or
+    call timers (aio)."""
 
-    __slots__ = ("_state", "_subchannels", "_workers", "_timers")
+    __slots__ = ("_state", "_subchannels", "_admission", "_workers", "_timers")
 
-    def __init__(self, channel: Any, state: Any, subchannels: Any) -> None:
-        self._state, self._subchannels = state, subchannels
+    def __init__(self, channel: Any, state: Any, subchannels: Any, admission: Admission) -> None:
+        self._state, self._subchannels, self._admission = state, subchannels, admission
         self._workers, self._timers = getattr(channel, "_workers", None), getattr(channel, "_timers", None)
 
 
@@ -89,7 +95,7 @@ class RoutedMethod:
         key = (subchannels, policy)
         method = self._methods.get(key)
         if method is None:
-            cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels)
+            cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels, admission)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
         # (last: nothing after it may raise, or the call's place in the cluster would never be freed)

@@ -46,7 +46,8 @@ class _MultiCallable(Method):
 
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:
-        super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind)
+        super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind,
+                         getattr(channel, "_admission", None))
         self._interceptors = interceptors
         self.timers = channel._timers  # its calls' timers: the channel's
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import grpc
 import pytest
@@ -36,16 +36,6 @@ from support.xds_resources import cluster, endpoints, lb_endpoint, listener, rou
 
 import grpc_retry  # noqa: E402
 import grpc_retry.aio  # noqa: E402
-
-
-@pytest.fixture
-def plane(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
-    control_plane = ControlPlane()
-    control_plane.set(listener())
-    monkeypatch.delenv("GRPC_XDS_BOOTSTRAP", raising=False)
-    monkeypatch.setenv("GRPC_XDS_BOOTSTRAP_CONFIG", control_plane.bootstrap("channels"))
-    yield control_plane
-    control_plane.close()
 
 
 def serve(plane: ControlPlane, clusters: Dict[str, List[Backend]],

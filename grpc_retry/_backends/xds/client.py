@@ -353,9 +353,10 @@ class XdsClient:
 def _cluster_parts(cluster: Any) -> Dict[str, str]:
     """What xds-status shows of a Cluster's value (none held: empty)."""
     if cluster is None:
-        return {"tls": "", "lb_policy": "", "lb_policy_in_force": ""}
+        return {"tls": "", "lb_policy": "", "lb_policy_in_force": "", "retry_budget": ""}
     return {"tls": describe(cluster.tls), "lb_policy": cluster.lb_policy,
-            "lb_policy_in_force": in_force(cluster.lb_policy)}
+            "lb_policy_in_force": in_force(cluster.lb_policy),
+            "retry_budget": "" if cluster.retry_budget is None else cluster.retry_budget.describe()}
 
 
 def _requests(outbox: queue.Queue[Any], writers: List[threading.Thread]) -> Iterator[Any]:

@@ -1,7 +1,8 @@
 """Cluster (CDS) resources, checked as gRPC's core checks them: an EDS cluster (endpoints from ADS), a LOGICAL_DNS
 one or an aggregate of others; its load-balancing policy, circuit breaker (gRFC A32: `max_requests` of the first
 DEFAULT threshold, 1024 unless set), outlier detection (gRFC A50: on only when the field is present) and the TLS its
-transport socket asks for (gRFC A29, upstream_tls.py)."""
+transport socket asks for (gRFC A29, upstream_tls.py). grpc_retry reads the DEFAULT threshold's `retry_budget` and
+an explicit `max_retries` too (grpc's core ignores them): the cluster's retry budget, concurrency form."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from grpc_retry._backends.xds.errors import Errors, parsed
 from grpc_retry._backends.xds.routes import duration
 from grpc_retry._backends.xds.upstream_tls import UpstreamTls
 from grpc_retry._backends.xds.upstream_tls import parse as parse_tls
+from grpc_retry._budget import UNBOUNDED, RetryBudgetSettings
 from grpc_retry._config import FailurePercentageEjection, OutlierDetection, SuccessRateEjection
 
 EDS, LOGICAL_DNS, AGGREGATE = "EDS", "LOGICAL_DNS", "AGGREGATE"
@@ -39,6 +41,7 @@ class Cluster:
     max_requests: int
     outlier_detection: Optional[OutlierDetection]  # as the service config's outlier_detection_experimental reads
     tls: Optional[UpstreamTls]  # what its transport socket asks for (None: plaintext)
+    retry_budget: Optional[RetryBudgetSettings] = None  # retry_budget and max_retries (None: neither)
 
 
 def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -> Tuple[str, Cluster]:
@@ -49,10 +52,12 @@ def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -
     kind, eds_name, dns_target, children = _discovery(cluster, errors)
     policy = _lb_policy(cluster, errors)
     max_requests = DEFAULT_MAX_REQUESTS
+    budget = None
     for threshold in cluster.circuit_breakers.thresholds:
         if threshold.priority == base_pb2.DEFAULT:
             if threshold.HasField("max_requests"):
                 max_requests = threshold.max_requests.value
+            budget = _retry_budget(threshold, errors)
             break
     detection = _outlier_detection(cluster.outlier_detection, errors) if cluster.HasField("outlier_detection") \
         else None
@@ -62,7 +67,22 @@ def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -
         errors.add("lrs_server", "ConfigSource is not self")
     errors.raise_if_any()
     return cluster.name, Cluster(cluster.name, kind, eds_name, dns_target, children, policy, max_requests, detection,
-                                 tls)
+                                 tls, budget)
+
+
+def _retry_budget(threshold: Any, errors: Errors) -> Optional[RetryBudgetSettings]:
+    """The DEFAULT threshold's retry budget (Envoy's defaults: 20%, at least 3) and explicit max_retries, a cap on
+    the retries in flight besides (where Envoy lets a budget override max_retries, both apply here)."""
+    cap = threshold.max_retries.value if threshold.HasField("max_retries") else -1
+    if not threshold.HasField("retry_budget"):
+        return None if cap < 0 else RetryBudgetSettings(True, 100.0, UNBOUNDED, max_in_flight=cap)
+    budget = threshold.retry_budget
+    percent = budget.budget_percent.value if budget.HasField("budget_percent") else 20.0
+    if not 0.0 <= percent <= 100.0:
+        errors.add("circuit_breakers.thresholds.retry_budget.budget_percent", "must be from 0 to 100")
+        return None
+    floor = budget.min_retry_concurrency.value if budget.HasField("min_retry_concurrency") else 3
+    return RetryBudgetSettings(True, percent, floor, max_in_flight=cap)
 
 
 def _discovery(cluster: Any, errors: Errors) -> Tuple[str, str, str, Tuple[str, ...]]:

@@ -199,6 +199,7 @@ class XdsRouter:
             self._replacements.note(name, cluster.lb_policy)
             assignment = config.endpoints.get(name)
             entry.admission.breaker.max_requests = cluster.max_requests
+            entry.admission.retries.update(cluster.retry_budget)
             entry.admission.drops.categories = () if assignment is None else assignment.drops
             if cluster.kind == "EDS":
                 entry.priorities = priorities(assignment)

@@ -18,7 +18,8 @@ class XdsResource:
     last changed (seconds since the epoch), and for a Cluster whose value is held, the TLS its transport socket asks
     for (gRFC A29: "plaintext", or e.g. "identity mesh, ca mesh, SANs exact spiffe://…"; "" otherwise), the
     load-balancing policy it asks for (e.g. "ring_hash") and the one that serves it ("round_robin" where grpc_retry
-    has not the one asked for)."""
+    has not the one asked for), and the retry budget in force for its calls (its circuit breaker's `retry_budget`
+    and `max_retries`; "" for none)."""
 
     server: str
     type: str
@@ -30,6 +31,7 @@ class XdsResource:
     tls: str = ""
     lb_policy: str = ""
     lb_policy_in_force: str = ""
+    retry_budget: str = ""
 
 
 def xds_status() -> List[XdsResource]:
@@ -116,6 +118,8 @@ def _print(resources: List[XdsResource], errors: dict[str, str]) -> None:
             replaced = resource.lb_policy_in_force != resource.lb_policy
             print(f"{under}lb_policy: {resource.lb_policy}"
                   + (f" (not implemented: {resource.lb_policy_in_force} serves it)" if replaced else ""))
+        if resource.retry_budget:
+            print(f"{under}retry budget: {resource.retry_budget}")
     for target, error in errors.items():
         print(f"{target}: {error}")
 
