@@ -33,6 +33,8 @@ BACKENDS = ("healthy", "flaky", "slow")
 GRPCIO, RETRY, HEDGING = "grpcio, retry policy", "grpc_retry, retry policy", "grpc_retry, hedging policy"
 NO_POLICY = "grpc_retry, no policy"
 OUTLIERS = "grpc_retry, retry + outlier detection"
+BUDGET = "grpc_retry, retry + retry budget"
+BUDGET_OPTION = ("grpc_retry.retry_budget", "{}")  # GEP-3388's defaults: 20% of calls over 10 s, 10 a second
 SLOW_S, HEDGING_DELAY_S = 0.2, 0.01  # the slow backend's tail; the hedging policy's delay before each hedge
 # gRFC A50: a backend failing over 30% of 10+ attempts in a 0.2 s sweep is out for 5 s (then longer).
 OUTLIER_DETECTION = {"interval": "0.2s", "baseEjectionTime": "5s", "maxEjectionPercent": 34,
@@ -112,7 +114,7 @@ def configs(hedging_delay: float) -> Dict[str, Optional[Dict[str, Any]]]:
                              "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}
     hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{hedging_delay}s",
                                  "nonFatalStatusCodes": ["UNAVAILABLE"]}}
-    return {GRPCIO: retry, NO_POLICY: None, RETRY: retry, OUTLIERS: retry, HEDGING: hedging}
+    return {GRPCIO: retry, NO_POLICY: None, RETRY: retry, OUTLIERS: retry, BUDGET: retry, HEDGING: hedging}
 
 
 def service_config(policy: Optional[Dict[str, Any]], outliers: bool = False) -> str:
@@ -125,6 +127,8 @@ def service_config(policy: Optional[Dict[str, Any]], outliers: bool = False) -> 
 
 def make_channel(name: str, target: str, policy: Optional[Dict[str, Any]], sync: bool) -> Any:
     options = [("grpc.service_config", service_config(policy, outliers=name == OUTLIERS))]
+    if name == BUDGET:
+        options.append(BUDGET_OPTION)
     if name.startswith("grpcio"):
         return grpc.insecure_channel(target, options=options) if sync else \
             grpc.aio.insecure_channel(target, options=options)
@@ -299,6 +303,11 @@ def meaning(rows: Dict[str, Dict[str, Any]]) -> List[str]:
         sentences.append(f"Outlier detection (gRFC A50) took the flaky backend out of the first attempts: "
                          f"{outliers['attempts_per_call']:.2f} attempts per call instead of "
                          f"{retry['attempts_per_call']:.2f}.")
+    budget = rows[BUDGET]
+    sentences.append(f"A retry budget (retries at most 20% of the calls, and 10 a second) let through the "
+                     f"retries this workload needs ({budget['attempts_per_call']:.2f} attempts per call, "
+                     f"{budget['failed']} calls failed); in an outage it holds them to that share, where the retry "
+                     f"policy alone sends every attempt it allows.")
     if None not in (grpcio["p99_ms"], hedging["p99_ms"]) and hedging["p99_ms"] < grpcio["p99_ms"]:
         sentences.append(f"Hedging, which grpcio ignores, cut the p99 from {grpcio['p99_ms']} ms (grpcio's retries) "
                          f"to {hedging['p99_ms']} ms at {hedging['attempts_per_call']:.2f} attempts per call: a call "
@@ -346,7 +355,7 @@ def figure(rows: Dict[str, Dict[str, Any]]) -> Any:
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     styles = {GRPCIO: ("black", "--"), NO_POLICY: ("tab:gray", ":"), RETRY: ("tab:blue", "-"),
-              OUTLIERS: ("tab:green", "-."), HEDGING: ("tab:red", "-")}
+              OUTLIERS: ("tab:green", "-."), BUDGET: ("tab:purple", (0, (5, 2))), HEDGING: ("tab:red", "-")}
     figure_, axes = plt.subplots(figsize=(10, 6), layout="constrained")
     left = min((r["latencies_ms"][0] for r in rows.values() if r["latencies_ms"]), default=1.0) * 0.8
     right = max((r["latencies_ms"][-1] for r in rows.values() if r["latencies_ms"]), default=1000.0) * 1.5
