@@ -21,6 +21,7 @@ SUITE = {  # name: (full arguments, --quick arguments; None: skipped when quick)
     "hedging": ([], ["--calls", "100"]),
     "hedging_adaptive": (["--adaptive"], None),
     "headers_shape": ([], ["--calls", "64", "--rounds", "2"]),
+    "budget": ([], ["--phases", "0.5,0.5,0.5"]),
     "sick_backend": ([], None),  # minutes of calls; tests/integration covers the same behaviours
 }
 

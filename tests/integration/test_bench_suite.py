@@ -17,7 +17,7 @@ def test_the_suite_runs_every_benchmark():
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
-    assert [line["benchmark"] for line in lines[:-1]] == ["overhead", "backends", "hedging", "headers_shape"]
+    assert [line["benchmark"] for line in lines[:-1]] == ["overhead", "backends", "hedging", "headers_shape", "budget"]
     backends = lines[1]
     assert backends["grpc_retry_aio"] == 1.0 and backends["grpc_retry_sync"] == 1.0
 
