@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from grpc_retry._version import __version__
 
@@ -60,32 +60,43 @@ _hedging_channels: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakre
 _observed_lock = threading.Lock()
 
 
+def _observed(registry: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]], provider: Any, item: Any,
+              instruments: Callable[[Any, weakref.WeakSet[Any]], None]) -> None:
+    """Add `item` to what `provider`'s meter observes in `registry`; the first time, make the `instruments` on it
+    (they read the set of items as a reader collects)."""
+    with _observed_lock:
+        items = registry.get(provider)
+        if items is None:
+            items = registry[provider] = weakref.WeakSet()
+            instruments(provider.get_meter("grpc_retry", __version__), items)
+        items.add(item)
+
+
+def _open(channels: weakref.WeakSet[Any]) -> List[Any]:
+    with _observed_lock:
+        return [channel for channel in channels if not channel.closed]
+
+
 def observe_hedging(provider: Any, channel: Any) -> None:
     """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `hedges()`) on `provider`'s meter."""
-    with _observed_lock:
-        channels = _hedging_channels.get(provider)
-        if channels is None:
-            channels = _hedging_channels[provider] = weakref.WeakSet()
-            meter = provider.get_meter("grpc_retry", __version__)
-            meter.create_observable_gauge(
-                "grpc_retry.client.hedging_delay", callbacks=[functools.partial(_observe, channels, True)],
-                unit="s", description="Adaptive hedging: the delay before a call's next hedge, now.")
-            meter.create_observable_counter(
-                "grpc_retry.client.hedges_not_sent_for_budget",
-                callbacks=[functools.partial(_observe, channels, False)], unit="{hedge}",
-                description="Hedges that were due but not sent: over grpc_retry.max_extra_load.")
-        channels.add(channel)
+    def instruments(meter: Any, channels: weakref.WeakSet[Any]) -> None:
+        meter.create_observable_gauge(
+            "grpc_retry.client.hedging_delay", callbacks=[functools.partial(_observe, channels, True)],
+            unit="s", description="Adaptive hedging: the delay before a call's next hedge, now.")
+        meter.create_observable_counter(
+            "grpc_retry.client.hedges_not_sent_for_budget",
+            callbacks=[functools.partial(_observe, channels, False)], unit="{hedge}",
+            description="Hedges that were due but not sent: over grpc_retry.max_extra_load.")
+    _observed(_hedging_channels, provider, channel, instruments)
 
 
 def _observe(channels: weakref.WeakSet[Any], delays: bool, options: Any = None) -> Iterable[Any]:
     from opentelemetry.metrics import Observation
 
-    with _observed_lock:
-        open_channels = [channel for channel in channels if not channel.closed]
     now = time.monotonic()
     return [Observation(hedge.delay(now) if delays else hedge.budget_stopped,
                         {"grpc.method": method.lstrip("/"), "grpc.target": channel.telemetry.target})
-            for channel in open_channels for method, hedge in channel.hedges()]
+            for channel in _open(channels) for method, hedge in channel.hedges()]
 
 
 # Calls whose retry or hedge grpc_retry.retry_budget refused, per method, observed the same way.
@@ -96,24 +107,18 @@ BUDGET_REFUSED = "grpc_retry.client.call.retries_refused_by_budget"
 def observe_budget(provider: Any, channel: Any) -> None:
     """Observe `channel` (a ChannelState: `closed`, `telemetry.target`, `budget_refusals()`) on `provider`'s
     meter."""
-    with _observed_lock:
-        channels = _budget_channels.get(provider)
-        if channels is None:
-            channels = _budget_channels[provider] = weakref.WeakSet()
-            meter = provider.get_meter("grpc_retry", __version__)
-            meter.create_observable_counter(
-                BUDGET_REFUSED, callbacks=[functools.partial(_observe_budget, channels)], unit="{call}",
-                description="Calls whose retry or hedge was not sent: over grpc_retry.retry_budget.")
-        channels.add(channel)
+    def instruments(meter: Any, channels: weakref.WeakSet[Any]) -> None:
+        meter.create_observable_counter(
+            BUDGET_REFUSED, callbacks=[functools.partial(_observe_budget, channels)], unit="{call}",
+            description="Calls whose retry or hedge was not sent: over grpc_retry.retry_budget.")
+    _observed(_budget_channels, provider, channel, instruments)
 
 
 def _observe_budget(channels: weakref.WeakSet[Any], options: Any = None) -> Iterable[Any]:
     from opentelemetry.metrics import Observation
 
-    with _observed_lock:
-        open_channels = [channel for channel in channels if not channel.closed]
     return [Observation(refused, {"grpc.method": method.lstrip("/"), "grpc.target": channel.telemetry.target})
-            for channel in open_channels for method, refused in channel.budget_refusals()]
+            for channel in _open(channels) for method, refused in channel.budget_refusals()]
 
 
 # Outlier detection's counters (gRFC A91's names), observed the same way: per meter provider, every open
@@ -132,16 +137,13 @@ OUTLIER_COUNTERS = {
 def observe_outliers(provider: Any, detector: Any, target: str) -> None:
     """Observe `detector` (an OutlierDetector: `closed`, `counts`) on `provider`'s meter, labelled `target`."""
     detector.metric_target = target
-    with _observed_lock:
-        detectors = _outlier_detectors.get(provider)
-        if detectors is None:
-            detectors = _outlier_detectors[provider] = weakref.WeakSet()
-            meter = provider.get_meter("grpc_retry", __version__)
-            for name, description in OUTLIER_COUNTERS.items():
-                meter.create_observable_counter(
-                    f"grpc.lb.outlier_detection.{name}", unit="{ejection}", description=description,
-                    callbacks=[functools.partial(_observe_outliers, detectors, name)])
-        detectors.add(detector)
+
+    def instruments(meter: Any, detectors: weakref.WeakSet[Any]) -> None:
+        for name, description in OUTLIER_COUNTERS.items():
+            meter.create_observable_counter(
+                f"grpc.lb.outlier_detection.{name}", unit="{ejection}", description=description,
+                callbacks=[functools.partial(_observe_outliers, detectors, name)])
+    _observed(_outlier_detectors, provider, detector, instruments)
 
 
 def _observe_outliers(detectors: weakref.WeakSet[Any], name: str, options: Any = None) -> Iterable[Any]:
