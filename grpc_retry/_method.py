@@ -151,9 +151,10 @@ class Method:
             machine.watch = self._watch
         if self.watched:
             machine.flush_turns = self.FLUSH_TURNS
-        budget = self._budget
-        if self._admission is not None and self._admission.budget is not None:
-            budget = self._admission.budget  # (its cluster's: per call, as the control plane may change it)
+        # A routed cluster's retry budget, read per call (its control plane may change it), else the channel's
+        budget = None if self._admission is None else self._admission.budget
+        if budget is None:
+            budget = self._budget
         if budget is not None:
             machine.budget = budget
         return machine
