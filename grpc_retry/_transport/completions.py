@@ -92,8 +92,10 @@ def _run(api: str) -> str:
         thread.start()
         done = steps.finished.wait(BOUND + 1.0)  # (its own waits end at BOUND: this for one stuck inside grpcio)
     finally:
-        # Gone once it has returned (a channel made next may count the threads there are), unless left stuck
-        server.stop(None).wait(BOUND)
+        # Gone once it has returned (a channel made next may count the threads there are), unless left stuck. An
+        # exchange that ended leaves no call: a graceful stop, whose GOAWAY carries no error, which grpcio would log
+        # were it to reach the exchange's connection before that has closed.
+        server.stop(BOUND if done else None).wait(BOUND)
         executor.shutdown(wait=done)
     if done and steps.error is None:
         return ""
