@@ -4,7 +4,7 @@
 #
 # - Rate (the Gateway API's GEP-3388, Finagle's RetryBudget, tower's TpsBudget): over any `interval` the retries
 #   may number at most `percent` % of the calls started in it; and `min_count` per `min_interval` are allowed
-#   whatever the percentage says. Each window is BUDGET_SLOTS slots that roll as time goes, forgetting the oldest.
+#   whatever the percentage says. Each window is ten slots that roll as time goes, forgetting the oldest.
 # - Concurrency (Envoy's cluster retry_budget): retries in flight at most max(`percent` % of the calls in flight,
 #   `min_count`). A retry is in flight from the moment it is decided, its backoff included, until its attempt ends
 #   or its call does (Envoy counts it only once sent, and overshoots by the retries waiting). `max_in_flight`
@@ -13,7 +13,6 @@
 from libc.math cimport floor
 
 cdef int _SLOTS = 10  # (the size of _Window.counts, grpc_retry/_core.pxd)
-BUDGET_SLOTS = _SLOTS
 
 
 cdef class _Window:

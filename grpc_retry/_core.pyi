@@ -90,8 +90,6 @@ class RetryBudget:
     @property
     def calls_in_window(self) -> int: ...
 
-BUDGET_SLOTS: int
-
 class BufferPool:
     capacity: int
     used: int
