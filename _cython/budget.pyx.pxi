@@ -5,6 +5,9 @@
 # - Rate (the Gateway API's GEP-3388, Finagle's RetryBudget, tower's TpsBudget): over any `interval` the retries
 #   may number at most `percent` % of the calls started in it; and `min_count` per `min_interval` are allowed
 #   whatever the percentage says. Each window is ten slots that roll as time goes, forgetting the oldest.
+#   `credit`: retries allowed beyond the share, once (a budget with room from its start, as a token bucket starts
+#   full; kept out of the window, so that nothing it paid for outlives it there): hedging's max_extra_load is this
+#   form, and may hedge while its delay is still learning.
 # - Concurrency (Envoy's cluster retry_budget): retries in flight at most max(`percent` % of the calls in flight,
 #   `min_count`). A retry is in flight from the moment it is decided, its backoff included, until its attempt ends
 #   or its call does (Envoy counts it only once sent, and overshoots by the retries waiting). `max_in_flight`
@@ -47,9 +50,10 @@ cdef class _Window:
 
 cdef class RetryBudget:
     def __init__(self, bint concurrent, double percent, long min_count, double interval=10.0,
-                 double min_interval=1.0, long max_in_flight=-1):
-        if not 0.0 <= percent <= 100.0 or min_count < 0 or interval <= 0 or min_interval <= 0:
-            raise ValueError("percent must be in [0, 100], min_count at least 0, intervals positive")
+                 double min_interval=1.0, long max_in_flight=-1, long credit=0):
+        # (percent over 100: hedging's max_extra_load may exceed one hedge a call; the option's parser keeps to 100)
+        if not percent >= 0.0 or min_count < 0 or interval <= 0 or min_interval <= 0 or credit < 0:
+            raise ValueError("percent, min_count and credit must be at least 0, intervals positive")
         self.concurrent = concurrent
         self.percent = percent
         self.min_count = min_count
@@ -57,6 +61,7 @@ cdef class RetryBudget:
         self.min_interval = min_interval
         self.max_in_flight = max_in_flight
         self._calls = _Window(interval)
+        self.credit = credit
         self._retries = _Window(interval)
         self._floor = _Window(min_interval)
         self.calls_in_flight = 0
@@ -92,6 +97,9 @@ cdef class RetryBudget:
                 self._floor.total < self.min_count:
             self._retries.add()
             self._floor.add()
+            return True
+        if self.credit > 0:
+            self.credit -= 1
             return True
         self.refused += 1
         return False

@@ -6,10 +6,10 @@
 #   as if each bucket's samples were spread evenly in it. Older samples fade: by e every DECAY seconds, but by no
 #   more than 1/KEEP per newer sample, so that a method called rarely still goes by its last ~KEEP answers. The
 #   config's hedgingDelay is the floor.
-# - Hedges beyond the first attempt are at most max_extra_load of calls: a token bucket, refilled by each call by
-#   max_extra_load tokens (up to a cap that makes the window ~WINDOW_CALLS calls), a hedge costing one; it starts
-#   full. A due hedge finding no token is not sent; the call goes on with the attempts it has (Finagle's
-#   maxExtraLoad).
+# - Hedges beyond the first attempt are at most max_extra_load of the calls started over the last EXTRA_INTERVAL
+#   seconds: the retry budget's rate form (budget.pyx.pxi), with no minimum rate and a credit of the share of
+#   START_CALLS calls (while the delay is still learning, the first calls may hedge). A due hedge it refuses is not
+#   sent; the call goes on with the attempts it has (Finagle's maxExtraLoad, on its RetryBudget too).
 #
 # Censored samples. An attempt cancelled because another answered first would have taken longer than its age, by
 # how much is unknown. Leaving it out would bias the estimate low (the slow attempts are the ones hedges cut
@@ -36,10 +36,11 @@ cdef double _KEEP = 100.0      # ... but by no more than 1/KEEP per newer sample
 cdef double _MIN_SAMPLES = 20.0  # fewer (weighted) samples than this: the estimate is not used yet
 cdef double _MAX_SLACK = 0.05
 cdef double _OUTLIERS = 0.05
-cdef double _WINDOW_CALLS = 1000.0
+cdef double _EXTRA_INTERVAL = 10.0
+cdef long _START_CALLS = 1000
 BUCKET_ERROR = GROWTH - 1.0
-DECAY, KEEP, MIN_SAMPLES, MAX_SLACK, OUTLIERS, WINDOW_CALLS = \
-    _DECAY, _KEEP, _MIN_SAMPLES, _MAX_SLACK, _OUTLIERS, _WINDOW_CALLS
+DECAY, KEEP, MIN_SAMPLES, MAX_SLACK, OUTLIERS, EXTRA_INTERVAL, START_CALLS = \
+    _DECAY, _KEEP, _MIN_SAMPLES, _MAX_SLACK, _OUTLIERS, _EXTRA_INTERVAL, _START_CALLS
 
 
 cdef class HedgingControl:
@@ -49,10 +50,8 @@ cdef class HedgingControl:
         self.floor = floor if floor > 0 else 0.0
         self.quantile = quantile
         self.max_extra_load = max_extra_load
-        # The bucket holds a window's worth of hedges (at least one, so that a small share can ever pay for
-        # one), and starts full: while the delay is still learning, the first calls may hedge.
-        self._cap = 0.0 if max_extra_load <= 0 else max(1.0, max_extra_load * _WINDOW_CALLS)
-        self._tokens = self._cap
+        self.extra = None if max_extra_load < 0 else RetryBudget(
+            False, max_extra_load * 100.0, 0, _EXTRA_INTERVAL, credit=<long>(max_extra_load * _START_CALLS))
         self._weight = 1.0
         self._last = -INFINITY
 
@@ -117,27 +116,10 @@ cdef class HedgingControl:
         cdef double q = self.estimate(now)
         return q if q > self.floor else self.floor
 
-    # -- the budget --------------------------------------------------------------------------------------------
-
-    cdef void call_started(self):
-        if self.max_extra_load >= 0.0:
-            self._tokens += self.max_extra_load
-            if self._tokens > self._cap:
-                self._tokens = self._cap
-
-    cdef bint take_hedge(self):
-        """Whether a hedge may be sent now (and pay for it)."""
-        if self.max_extra_load < 0.0:
-            return True
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        self.budget_stopped += 1
-        return False
-
     @property
-    def tokens(self):
-        return self._tokens
+    def budget_stopped(self):
+        """Hedges due but not sent for max_extra_load."""
+        return 0 if self.extra is None else self.extra.refused
 
 
 cdef inline int _bucket(double latency):

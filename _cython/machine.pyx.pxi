@@ -185,8 +185,8 @@ cdef class CallMachine:
             self._impossible("start")
         self._idle_since = now
         self.state = ATTEMPTING
-        if self.hedging and self.policy.hedge is not None:
-            self.policy.hedge.call_started()
+        if self.hedging and self.policy.hedge is not None and self.policy.hedge.extra is not None:
+            self.policy.hedge.extra.call_started(now)
         if self.budget is not None:
             self.budget.call_started(now)
         out = []
@@ -699,7 +699,7 @@ cdef class CallMachine:
                     self.notes.append((NOTE_STOP, R_THROTTLED, self.throttle.tokens))
                 break
             if self.hedging and self.counted > 0 and self.policy.hedge is not None and \
-                    not self.policy.hedge.take_hedge():
+                    self.policy.hedge.extra is not None and not self.policy.hedge.extra.try_retry(now):
                 # Over the extra-load budget: the call goes on with the attempts it has.
                 self._stopped = True
                 self._stop_reason = R_BUDGET

@@ -12,7 +12,8 @@ config delay as its floor), each measured (4,000 calls) after half as many at th
 adaptive delay is measured under the load it learned; then, with one call in flight, the servers' latency
 doubles and the run reports how long the adaptive delay takes to follow.
 
-Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C] [--adaptive]
+Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C] [--adaptive
+[--quantile Q] [--max-extra-load L]]
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ async def run_adaptive(calls: int) -> dict:
         delay_s = healthy_p95(plain_ms)
         hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{delay_s:.4f}s",
                                      "nonFatalStatusCodes": ["UNAVAILABLE"]}}
-        result: dict = {"calls": calls, "fixed_delay_ms": round(delay_s * 1000, 2)}
+        result: dict = {"calls": calls, "fixed_delay_ms": round(delay_s * 1000, 2), "adaptive_options": dict(ADAPTIVE)}
         for concurrency in (1, 8, 32):
             row = {}
             for name, policy, extra in (("unhedged", None, []), ("fixed", hedging, []),
@@ -286,7 +287,11 @@ def main(argv=None) -> dict:
                         help="calls in flight (more, on a 2-core machine, measures queueing as much as the tail)")
     parser.add_argument("--adaptive", action="store_true",
                         help="fixed delay vs grpc_retry's adaptive hedging at 1, 8 and 32 in flight, and a step")
+    parser.add_argument("--quantile", type=float, default=0.95, help="(--adaptive) grpc_retry.hedging_quantile")
+    parser.add_argument("--max-extra-load", type=float, default=0.05,
+                        help="(--adaptive) grpc_retry.max_extra_load")
     args = parser.parse_args(argv)
+    ADAPTIVE[:] = [("grpc_retry.hedging_quantile", args.quantile), ("grpc_retry.max_extra_load", args.max_extra_load)]
     args.calls = args.calls or (4000 if args.adaptive else 2000)
     result = asyncio.run(run_adaptive(args.calls) if args.adaptive else run(args.calls, args.concurrency))
     print(json.dumps(result))

@@ -40,6 +40,7 @@ cdef class RetryBudget:
     cdef _Window _calls, _retries, _floor
     cdef readonly long calls_in_flight, retries_in_flight
     cdef readonly long refused     # retries and hedges it did not allow
+    cdef readonly long credit      # (rate form) retries it still allows beyond the share
     cpdef void call_started(self, double now)
     cpdef void call_ended(self)
     cpdef bint try_retry(self, double now)
@@ -57,21 +58,17 @@ cdef class HedgingControl:
     cdef readonly double quantile        # 0: the delay is the config's
     cdef readonly double floor           # the config's hedgingDelay
     cdef readonly double max_extra_load  # < 0: no budget
-    cdef readonly long budget_stopped    # hedges due but not sent for budget
+    cdef readonly RetryBudget extra      # max_extra_load as a rate budget (None: no cap)
     cdef double _answered[N_BUCKETS]     # attempts that answered, by latency
     cdef double _censored[N_BUCKETS]     # attempts cancelled for another's answer, by age
     cdef double _total
     cdef double _weight                  # a sample recorded now weighs this (older ones weigh what they did)
     cdef double _last                    # when the last sample came
-    cdef double _tokens
-    cdef double _cap
     cpdef void record(self, double latency, double now)
     cpdef void record_censored(self, double age, double now)
     cdef double _weigh(self, double now)
     cpdef double estimate(self, double now)
     cpdef double delay(self, double now)
-    cdef void call_started(self)
-    cdef bint take_hedge(self)
 
 
 cdef class RetryStats:

@@ -21,8 +21,8 @@ from grpc_retry._core import (
     END,
     KEEP,
     START,
+    START_CALLS,
     TIMER,
-    WINDOW_CALLS,
     CallMachine,
     CallPolicy,
     HedgingControl,
@@ -174,22 +174,40 @@ def test_the_budget_allows_at_most_its_share_of_hedges():
     policy = hedge_policy(control)
     hedges = 0
     wanted = 0
-    for i in range(1000):  # every call slow: each wants two hedges
+    for i in range(1000):  # every call slow: each wants two hedges; all within one window
+        t = i * 0.005
         m = machine(policy)
-        m.start(i, b"x")
+        m.start(t, b"x")
         for k in (1, 2):
             if m.timer_at != math.inf:
                 wanted += 1
-                m.timer(i + 0.01 * k)
+                m.timer(t + 0.01 * k)
         hedges += m.counted - 1
-        m.cancel(1, i + 0.03)
-    assert 0.05 * 1000 - 1 <= hedges <= 0.05 * 1000 + 0.05 * WINDOW_CALLS  # the share, plus the full bucket it
-    # started with
+        m.cancel(1, t + 0.03)
+    # The share of the calls, and of those the window starts with.
+    assert 0.05 * (1000 + START_CALLS) - 1 <= hedges <= 0.05 * (1000 + START_CALLS)
     assert 900 < control.budget_stopped <= wanted - hedges  # (a timer a hair early only re-arms)
 
 
+def test_the_share_is_of_the_calls_of_the_last_interval():
+    control = HedgingControl(0.01, 0.0, 0.05)
+    policy = hedge_policy(control)
+    sent = []
+    for i in range(3000):  # ten calls a second, each wanting a hedge: past the first interval, one in twenty
+        t = i * 0.1
+        m = machine(policy)
+        m.start(t, b"x")
+        if m.timer_at != math.inf:
+            m.timer(t + 0.01)
+        sent.append(m.counted - 1)
+        m.cancel(1, t + 0.02)
+    assert sum(sent[:100]) == 0.05 * (100 + START_CALLS)  # the first interval: with the calls it starts with
+    late = sum(sent[1000:])
+    assert 0.05 * 2000 - 2 <= late <= 0.05 * 2000 + 1, late
+
+
 def test_a_call_over_budget_goes_on_with_its_attempts_and_says_why():
-    control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all (an empty bucket)
+    control = HedgingControl(0.01, 0.0, 0.0)  # no extra load at all
     m = machine(hedge_policy(control))
     actions = m.start(0.0, b"x")
     assert [a[0] for a in actions].count(START) == 1  # the first attempt
@@ -330,8 +348,8 @@ def test_any_run_of_calls_keeps_to_the_budget(load, wanted):
         assert m.counted - 1 <= hedges
         sent += m.counted - 1
         m.cancel(1, i + 0.5)
-    assert sent <= load * len(wanted) + max(1.0, load * WINDOW_CALLS) + 1e-9
-    assert control.tokens >= 0
+    assert sent <= load * (len(wanted) + START_CALLS) + 1e-9
+    assert control.budget_stopped <= sum(wanted) - sent
 
 
 @settings(max_examples=100, deadline=None)
