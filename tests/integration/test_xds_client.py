@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Iterator, List, Tuple
 
 import pytest
@@ -174,6 +175,41 @@ def test_a_restarted_stream_subscribes_again_with_its_versions(plane: ControlPla
         assert again.version == str(version) and again.names == ("svc",)
         plane.wait_for(lambda: len(plane.answers("n", LISTENER)) >= 2, what="the resent response answered")
         assert len(watcher.events) == 1  # the same resource again: nothing new to tell
+    finally:
+        client.close()
+
+
+def test_a_management_server_back_from_an_outage_is_followed_within_a_second(plane: ControlPlane,
+                                                                            grpcio_client: None) -> None:
+    """Stopped for 3 s, then serving again on the same port with a changed Listener: both clients subscribe
+    again, and the change reaches the watcher, within a second of its return."""
+    client = client_of(plane, "grpc_retry")
+    watcher = Recorder()
+    try:
+        version = plane.set(listener("svc"))
+        client.watch(resources.LISTENER, "svc", watcher)
+        watcher.wait(1)
+        for node in ("grpc_retry", "grpcio"):
+            plane.wait_answer(node, LISTENER, version)
+        plane.stop()
+        time.sleep(3)  # the outage (its length is the scenario)
+        plane.set(listener("svc", route="route-2"))
+        seen = len(plane.requests)
+        back = time.monotonic()
+        plane.start()
+        took = {}
+
+        def subscribed() -> bool:
+            for r in plane.requests[seen:]:
+                took.setdefault(r.node, time.monotonic() - back)
+            return len(took) == 2
+        plane.wait_for(subscribed, 10, "both clients to subscribe again")
+        with watcher._changed:
+            assert watcher._changed.wait_for(lambda: any(
+                e[0] == "resource" and e[2].route_config_name == "route-2" for e in watcher.events), 10)
+        changed = time.monotonic() - back
+        print(f"subscribed again after: {took}; the change told after {changed:.2f}s")
+        assert took["grpc_retry"] < 1.0 and changed < 1.0
     finally:
         client.close()
 

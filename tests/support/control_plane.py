@@ -51,13 +51,25 @@ class ControlPlane:
         self._nonces = itertools.count(1)
         self._sent: Dict[str, int] = {}  # nonce -> version of the response that carried it
         self.requests: List[Request] = []
+        self._tls = tls
+        self.port = 0
+        self.start()
+
+    def start(self) -> None:
+        """Serve (again, after stop(): on the same port, with the same resources)."""
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), self._server)
-        if tls is None:
-            self.port = self._server.add_insecure_port("127.0.0.1:0")
+        address = f"127.0.0.1:{self.port}"
+        if self._tls is None:
+            self.port = self._server.add_insecure_port(address)
         else:
-            self.port = self._server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([tls]))
+            self.port = self._server.add_secure_port(address, grpc.ssl_server_credentials([self._tls]))
         self._server.start()
+
+    def stop(self) -> None:
+        """Stop serving, as a management server that goes down: every stream ends, no connection is taken."""
+        self.drop_streams()
+        self._server.stop(None).wait()
 
     @property
     def target(self) -> str:
@@ -146,8 +158,7 @@ class ControlPlane:
             stream.send(_END)
 
     def close(self) -> None:
-        self.drop_streams()
-        self._server.stop(None).wait()
+        self.stop()
 
 
 class _Stream:

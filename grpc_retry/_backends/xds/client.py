@@ -7,8 +7,11 @@ process, shared by every channel that watches its resources, on a thread of its 
 - A resource not received within DOES_NOT_EXIST_TIMEOUT of the request that asked for it on a stream does not
   exist. A Listener or Cluster missing from a response is deleted, unless the server is trusted with
   `ignore_resource_deletion` (A57).
-- A stream that ends is started again after a backoff (reset by a response); the cache and the versions are kept,
-  and every subscription is sent again. Watchers hear an error only while the stream has given no response.
+- A stream that ends is started again after a backoff (none after a stream that had a response, A57); the cache
+  and the versions are kept, and every subscription is sent again. Watchers hear an error only while the stream has
+  given no response: its failure, or its channel failing to connect.
+- The stream waits for its channel to connect (wait for ready), and the channel tries again at least every
+  RECONNECT_MAX_S: a management server that comes back is followed within about a second, however long it was away.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ log = logging.getLogger("grpc_retry")
 ADS_METHOD = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 DOES_NOT_EXIST_TIMEOUT = 15.0  # A57
 BACKOFF = (1.0, 1.6, 120.0, 0.2)  # initial, multiplier, cap, jitter: gRPC's connection backoff
+RECONNECT_MAX_S = 0.5  # the channel's reconnect backoff, at most (before grpcio's 20% jitter)
+_CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", int(RECONNECT_MAX_S * 500)),
+                    ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1000)))
 _RESOURCE_WRAPPER = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 _END = object()
 
@@ -110,7 +116,10 @@ class XdsClient:
         self._writers: List[threading.Thread] = []  # grpcio's threads that send each stream's requests
         self._responded = False  # the live stream has given a response
         self._first = True  # the next request is its stream's first (it carries the node)
+        self._told = False  # the live stream's watchers heard that its channel cannot connect
+        self._state = grpc.ChannelConnectivity.IDLE  # the channel's, last told
         self._channel = channel if channel is not None else _channel_to(server)
+        self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self._thread = threading.Thread(target=self._run, name=f"grpc_retry-xds-{server.server_uri}", daemon=True)
         self._thread.start()
 
@@ -192,6 +201,7 @@ class XdsClient:
             self._thread.join(5)
         for writer in list(self._writers):  # nothing of the stream outlives its client
             writer.join(5)
+        self._channel.unsubscribe(self._on_connectivity)
         self._channel.close()
 
     # -- the stream ---------------------------------------------------------------------------------------------
@@ -203,17 +213,19 @@ class XdsClient:
                 if self._closed:
                     return
                 outbox: queue.Queue[Any] = queue.Queue()
-                self._outbox, self._responded, self._first = outbox, False, True
+                self._outbox, self._responded, self._first, self._told = outbox, False, True, False
                 for subscription in self._types.values():
                     subscription.nonce = ""  # (a nonce is its stream's)
                     self._subscribe(subscription)
                     for name, resource in subscription.resources.items():
                         self._start_timer(subscription.kind, name, resource)
+                failing = self._cannot_connect()  # (a channel already failing may not say so again)
+            _run(failing)
             stream: Any = self._channel.stream_stream(
                 ADS_METHOD, request_serializer=_serialized, response_deserializer=_response)
             error = "the stream ended"
             try:
-                call = stream(_requests(outbox, self._writers))
+                call = stream(_requests(outbox, self._writers), wait_for_ready=True)
                 with self._lock:
                     self._call, closed = call, self._closed
                 if closed:  # closed while the stream started
@@ -233,18 +245,39 @@ class XdsClient:
                     return
                 responded = self._responded
                 for subscription in self._types.values():
-                    for name, resource in subscription.resources.items():
+                    for resource in subscription.resources.values():
                         if resource.timer is not None:  # started again with the next stream's request
                             resource.timer.cancel()
                             resource.timer = None
-                        if not responded:
-                            message = f"xDS server {self.server.server_uri}: {error}"
-                            tell.extend(_bound(w.on_error, name, message) for w in resource.watchers)
+                if not responded:
+                    tell = self._errors(error)
             _run(tell)
-            attempt_delay = BACKOFF[0] if responded else min(attempt_delay * BACKOFF[1], BACKOFF[2])
             delay = 0.0 if responded else attempt_delay * random.uniform(1 - BACKOFF[3], 1 + BACKOFF[3])
+            attempt_delay = BACKOFF[0] if responded else min(attempt_delay * BACKOFF[1], BACKOFF[2])
             self._wake.wait(delay)
             self._wake.clear()
+
+    def _on_connectivity(self, state: grpc.ChannelConnectivity) -> None:
+        """(grpcio's thread.) A channel that fails to connect is an error for the watchers of a stream that has had
+        no response yet, once a stream (the stream itself waits on)."""
+        with self._lock:
+            self._state = state
+            tell = self._cannot_connect()
+        _run(tell)
+
+    def _cannot_connect(self) -> List[Callable[[], None]]:
+        """(Under the lock.) The errors to tell if the channel fails to connect for a stream not yet told."""
+        if self._state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE or self._closed or self._outbox is None \
+                or self._responded or self._told:
+            return []
+        self._told = True
+        return self._errors("cannot connect (its channel is in TRANSIENT_FAILURE)")
+
+    def _errors(self, error: str) -> List[Callable[[], None]]:
+        """(Under the lock.) Telling every watcher that the server is not serving them: `error`."""
+        message = f"xDS server {self.server.server_uri}: {error}"
+        return [_bound(w.on_error, name, message) for subscription in self._types.values()
+                for name, resource in subscription.resources.items() for w in resource.watchers]
 
     def _subscribe(self, subscription: _Type, error: Optional[str] = None) -> None:
         """(Under the lock.) Send the type's subscription (an ACK, or with `error` a NACK) on the live stream."""
@@ -393,7 +426,7 @@ def _run(tell: List[Callable[[], None]]) -> None:
 def _channel_to(server: XdsServer) -> grpc.Channel:
     from grpc_retry._transport import transport
 
-    return transport.new_sync_channel(server.server_uri, (), _credentials(server), None)
+    return transport.new_sync_channel(server.server_uri, _CHANNEL_OPTIONS, _credentials(server), None)
 
 
 def _credentials(server: XdsServer) -> Optional[grpc.ChannelCredentials]:
