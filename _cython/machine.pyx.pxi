@@ -798,7 +798,7 @@ cdef class CallMachine:
             if self._used:
                 self._used = self.picker.forget(self._used, self._births)
             self._births = self.picker.births
-        return self.picker.pick(self._used)
+        return self.picker.pick(self._used, self.request_hash)
 
     cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *:
         cdef _Attempt a = _Attempt()

@@ -18,6 +18,12 @@
 # Weights (an xDS cluster's localities): a schedule of slots, each as often as its weight, gives where each
 # round_robin rotation starts; the rules above still choose from there.
 #
+# ring_hash (A42, ring.pyx.pxi): the call's request hash gives where on the ring the walk starts; the first slot
+# on the walk that is neither used by the call, failing nor ejected takes the attempt — so a call's first attempt
+# goes where gRPC's ring_hash sends it (the first entry not in TRANSIENT_FAILURE; an IDLE one connects), and each
+# retry or hedge to the next endpoint on the ring the call has not used. With none unused: the first used one that
+# can take it, then an ejected one.
+#
 # Outlier detection (gRFC A50, _backends/outliers.py) counts each attempt's result for its slot here (`record`,
 # only while `counting`) and marks slots ejected. An ejected slot gets no attempt while any other slot could take
 # one, used by the call or not; only when nothing else is left does a call go there rather than fail.
@@ -31,11 +37,12 @@ cdef enum:
 
 PICK_FIRST = 0
 ROUND_ROBIN = 1
+RING_HASH = 2
 
 
 cdef class Picker:
     def __init__(self, int policy, int size):
-        if policy not in (PICK_FIRST, ROUND_ROBIN):
+        if policy not in (PICK_FIRST, ROUND_ROBIN, RING_HASH):
             raise ValueError(f"unknown picker policy {policy}")
         self.policy = policy
         self._states = [STATE_IDLE] * size
@@ -50,6 +57,7 @@ cdef class Picker:
         self._failed = [0] * size
         self._schedule = None
         self._turn = 0
+        self.ring = None
 
     def set_schedule(self, schedule):
         """round_robin by weight: the slots rotations start at, in turn (None, or empty: every slot in order)."""
@@ -138,13 +146,16 @@ cdef class Picker:
                 return False
         return True
 
-    cpdef int pick(self, object used):
-        """An address index for the next attempt of a call that used the addresses in mask `used`."""
+    cpdef int pick(self, object used, unsigned long long request_hash=0):
+        """An address index for the next attempt of a call that used the addresses in mask `used` (and whose
+        request hash, under ring_hash, is `request_hash`)."""
         cdef int n = len(self._states)
         cdef int start, i, k, s, ready_used = -1, connectable_used = -1, connectable_unused = -1, ejected = -1
         cdef bint is_used
         if n == 0:
             return -1
+        if self.policy == RING_HASH:
+            return self._ring_pick(used, request_hash)
         start = self._next if self.policy == ROUND_ROBIN else 0
         if self._schedule is not None:
             start = self._schedule[self._turn]
@@ -181,6 +192,29 @@ cdef class Picker:
         if ejected >= 0:
             return self._picked(ejected, n)
         return -1
+
+    cdef int _ring_pick(self, object used, unsigned long long request_hash):
+        cdef Ring ring = self.ring
+        cdef int n = len(self._states), first, k, i, s, used_one = -1, ejected = -1
+        if ring is None or ring.size == 0:
+            return -1
+        first = ring.first(request_hash)
+        for k in range(ring.size):
+            i = ring.slot_at((first + k) % ring.size)
+            if i >= n:
+                continue
+            s = self._states[i]
+            if s != STATE_READY and s != STATE_IDLE and s != STATE_CONNECTING:
+                continue
+            if self.ejected_count and self._ejected[i]:
+                if ejected < 0:
+                    ejected = i
+            elif used is not None and (used >> i) & 1:
+                if used_one < 0:
+                    used_one = i
+            else:
+                return i
+        return used_one if used_one >= 0 else ejected
 
     cdef int _picked(self, int i, int n):
         if self.policy == ROUND_ROBIN:

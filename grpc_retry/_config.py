@@ -48,9 +48,11 @@ STATUS_CODE_NAMES = (
 )
 LB_POLICIES = ("pick_first", "round_robin")
 OUTLIER_DETECTION = "outlier_detection_experimental"  # the name C-core registers for A50's policy
+RING_HASH = "ring_hash_experimental"  # A42's policy, as C-core registers it (ServiceConfig.lb_policy "ring_hash")
+MAX_RING_SIZE = 8388608
 # Policies other gRPC clients implement: skipped as any unknown name, but never "corrected" to one of ours.
 _OTHER_LB_POLICIES = frozenset((
-    "grpclb", "weighted_round_robin", "least_request_experimental", "ring_hash_experimental", "rls_experimental",
+    "grpclb", "weighted_round_robin", "least_request_experimental", "rls_experimental",
     "priority_experimental", "weighted_target_experimental", "cds_experimental", "xds_cluster_impl_experimental",
     "xds_cluster_manager_experimental", "xds_cluster_resolver_experimental", "xds_override_host_experimental",
     "xds_wrr_locality_experimental", "pick_first_ignore_empty_updates", "autosharding_experimental"))
@@ -155,7 +157,7 @@ class OutlierDetection:
 @dataclass(frozen=True)
 class ServiceConfig:
     retry_throttling: Optional[RetryThrottling] = None
-    lb_policy: Optional[str] = None  # "pick_first" | "round_robin" | None
+    lb_policy: Optional[str] = None  # "pick_first" | "round_robin" | "ring_hash" | None
     outlier_detection: Optional[OutlierDetection] = None
     health_check_service: Optional[str] = None  # healthCheckConfig.serviceName ("" is the whole server)
     # Keys: "/service/method" (exact), "/service/" (whole service), "" (the default config).
@@ -163,6 +165,7 @@ class ServiceConfig:
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False)
     # What gRPC accepts but that likely is a mistake, as "path: reason" (see ServiceConfigWarning).
     warnings: Tuple[str, ...] = field(default=(), compare=False, repr=False)
+    ring_sizes: Tuple[int, int] = (1024, 4096)  # ring_hash: minRingSize, maxRingSize
 
     def method_config(self, method: str) -> Optional[MethodConfig]:
         """The config for the full method path "/pkg.Service/Method": exact, else service, else default."""
@@ -219,6 +222,7 @@ _KNOWN = {
     "hedgingPolicy": ("maxAttempts", "hedgingDelay", "nonFatalStatusCodes"),
     "retryThrottling": ("maxTokens", "tokenRatio"),
     "healthCheckConfig": ("serviceName",),
+    RING_HASH: ("minRingSize", "maxRingSize"),
     OUTLIER_DETECTION: ("interval", "baseEjectionTime", "maxEjectionTime", "maxEjectionPercent",
                         "successRateEjection", "failurePercentageEjection", "childPolicy"),
     "successRateEjection": ("stdevFactor", "enforcementPercentage", "minimumHosts", "requestVolume"),
@@ -247,9 +251,9 @@ class _Parser(JsonReader):
         policy = self.get(root, "", "loadBalancingPolicy", self.lb_policy_name)
         lb_config = self.get(root, "", "loadBalancingConfig", self.lb_config)
         health = self.get(root, "", "healthCheckConfig", self.health_check)
-        lb, outliers = lb_config or (None, None)
+        lb, outliers, ring_sizes = lb_config or (None, None, (1024, 4096))
         return ServiceConfig(throttling, lb or policy, outliers, health, MappingProxyType(table),
-                             tuple(self.warnings))
+                             tuple(self.warnings), ring_sizes)
 
     def health_check(self, value: Any, path: str) -> Optional[str]:
         obj = self.json_object(value, path)
@@ -425,9 +429,11 @@ class _Parser(JsonReader):
                           f"unsupported policy {_show(name)}"
                           + (hint(near) if near else f" (supported: {', '.join(LB_POLICIES)})"))
 
-    def lb_config(self, value: Any, path: str) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
+    def lb_config(self, value: Any, path: str
+                  ) -> Optional[Tuple[str, Optional[OutlierDetection], Tuple[int, int]]]:
         """As gRPC: the first entry that names a policy this client implements wins, and the entries after it
-        are not looked at; entries before it that name other policies are skipped. (policy, outlier detection)"""
+        are not looked at; entries before it that name other policies are skipped. (policy, outlier detection,
+        ring sizes)"""
         items = self.json_list(value, path)
         if items is None:
             return None
@@ -442,9 +448,9 @@ class _Parser(JsonReader):
                 self.error(item_path, "must have exactly one key (the policy name)")
                 return None
             ((name, policy_config),) = entry.items()
-            if name not in LB_POLICIES and name != OUTLIER_DETECTION:
+            if name not in LB_POLICIES and name != OUTLIER_DETECTION and name != RING_HASH:
                 skipped.append(name)
-                near = _policy_near(name, LB_POLICIES + (OUTLIER_DETECTION,))
+                near = _policy_near(name, LB_POLICIES + (OUTLIER_DETECTION, RING_HASH))
                 if near is not None:  # skipped as gRPC does; but most likely a typo of one that would be used
                     self.warnings.append(f"{item_path}.{name}: unknown policy, skipped{hint(near)}")
                     misspelt.setdefault(name, near)
@@ -456,16 +462,33 @@ class _Parser(JsonReader):
                          ", ".join(map(_show, skipped)))
             if name == OUTLIER_DETECTION:
                 return self.outlier_detection(policy_config, f"{item_path}.{name}")
-            return name, None
+            if name == RING_HASH:
+                return self.ring_hash(policy_config, f"{item_path}.{name}")
+            return name, None, (1024, 4096)
         if misspelt:
             written, near = next(iter(misspelt.items()))
             self.error(path, f"no supported policy (found {_show(written)}: did you mean {near!r}?)")
         else:
-            self.error(path, f"no supported policy (supported: {', '.join(LB_POLICIES + (OUTLIER_DETECTION,))})")
+            self.error(path, "no supported policy (supported: "
+                             f"{', '.join(LB_POLICIES + (OUTLIER_DETECTION, RING_HASH))})")
         return None
 
+    def ring_hash(self, obj: dict[str, Any], path: str) -> Optional[Tuple[str, None, Tuple[int, int]]]:
+        """A42's config: each size 1 to 8388608, the minimum not above the maximum (defaults 1024 and 4096)."""
+        self.unknown_keys(obj, path, _KNOWN[RING_HASH])
+        low, high = (self.check(self.get(obj, path, key, self.integer), f"{path}.{key}",
+                                lambda n: 1 <= n <= MAX_RING_SIZE, f"must be 1 to {MAX_RING_SIZE}")
+                     for key in ("minRingSize", "maxRingSize"))
+        if ("minRingSize" in obj and low is None) or ("maxRingSize" in obj and high is None):
+            return None
+        low, high = 1024 if low is None else low, 4096 if high is None else high
+        if low > high:
+            self.error(f"{path}.maxRingSize", "cannot be smaller than minRingSize")
+            return None
+        return "ring_hash", None, (low, high)
+
     def outlier_detection(self, obj: dict[str, Any], path: str
-                          ) -> Optional[Tuple[str, Optional[OutlierDetection]]]:
+                          ) -> Optional[Tuple[str, Optional[OutlierDetection], Tuple[int, int]]]:
         """gRFC A50's config, validated as A50 says: durations not negative, percentages at most 100."""
         self.unknown_keys(obj, path, _KNOWN[OUTLIER_DETECTION])
         n_errors = len(self.errors)
@@ -490,7 +513,7 @@ class _Parser(JsonReader):
             max_ejection_time=max(base, defaults.max_ejection_time) if longest is None else longest,
             max_ejection_percent=defaults.max_ejection_percent if percent is None else percent,
             success_rate=success, failure_percentage=failure)
-        return child[0], config
+        return child[0], config, child[2]
 
     def uint32(self, obj: dict[str, Any], path: str, key: str) -> Optional[int]:
         return self.check(self.get(obj, path, key, self.integer), f"{path}.{key}",

@@ -109,8 +109,21 @@ cdef class CallPolicy:
     cdef readonly RetryStats stats
 
 
+cdef struct _Entry:
+    unsigned long long hash
+    int slot
+
+
+cdef class Ring:
+    cdef _Entry *_entries
+    cdef readonly int size
+    cdef int first(self, unsigned long long h)
+    cdef int slot_at(self, int i)
+
+
 cdef class Picker:
     cdef readonly int policy
+    cdef public Ring ring        # ring_hash: the ring (None: none yet, or another policy)
     cdef list _states
     cdef int _next          # round_robin: where the next rotation starts
     cdef public long generation  # bumped by the subchannels on every change
@@ -131,7 +144,8 @@ cdef class Picker:
     cpdef void set_state(self, int index, int state)
     cpdef int state(self, int index)
     cpdef bint all_failed(self)
-    cpdef int pick(self, object used)
+    cpdef int pick(self, object used, unsigned long long request_hash=*)
+    cdef int _ring_pick(self, object used, unsigned long long request_hash)
     cdef int _picked(self, int i, int n)
 
 
@@ -210,6 +224,7 @@ cdef class CallMachine:
     cdef readonly bint headers_ahead  # the winner answered well before its status: see HeadersWatch
     cdef public HeadersWatch watch    # the method's (hedged unary-unary calls; else None): told of it
     cdef public RetryBudget budget  # grpc_retry.retry_budget's, shared by the target's calls (None: none)
+    cdef public unsigned long long request_hash  # ring_hash: where on the ring the call's picks start
     cdef int _budget_held       # retries the budget counts in flight for this call (decided, not yet ended)
     cdef public int flush_turns  # FLUSHes a timed call's due timer may take (its driver's inputs can queue)
     cdef int _flushes           # FLUSHes taken by the due timer (0: none pending)

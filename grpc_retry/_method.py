@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import math
+from random import getrandbits
 from time import monotonic
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import grpc
 
 from grpc_retry._channel_state import ChannelState
-from grpc_retry._core import WATCH_EVERY, WATCH_FIRST, CallMachine, HeadersWatch
+from grpc_retry._core import RING_HASH, WATCH_EVERY, WATCH_FIRST, CallMachine, HeadersWatch
 from grpc_retry._stats import ChannelStats, ThrottleState, throttle_state
 from grpc_retry._telemetry import CallTelemetry
 
@@ -36,7 +37,7 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
-                 "_per_rpc_buffer", "_enable_retries", "_budget", "_admission", "_telemetry", "_addresses",
+                 "_per_rpc_buffer", "_enable_retries", "_budget", "_admission", "_hashing", "_telemetry", "_addresses",
                  "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
@@ -44,9 +45,12 @@ class Method:
     FLUSH_TURNS = 0
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
-                 deserializer: Deserializer, kind: str, admission: Any = None) -> None:
+                 deserializer: Deserializer, kind: str, admission: Any = None,
+                 hashing: Optional[Tuple[Any, int]] = None) -> None:
         self._state = state
         self._admission = admission  # a routed cluster's (its retry budget, if any, is its calls'), or None
+        # ring_hash: (the route's hash policies, the channel id), or None: each call a random hash; else False
+        self._hashing: Any = hashing if subchannels.picker.policy == RING_HASH else False
         self._method = method
         self._serializer = serializer
         self.deserializer = deserializer
@@ -137,8 +141,10 @@ class Method:
             log.exception("response deserializer failed")
             return UNDESERIALIZABLE
 
-    def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool) -> CallMachine:
-        """A new call's machine: its deadline is the sooner of the call's timeout and the method's."""
+    def _machine(self, timeout: Optional[float], wait_for_ready: Optional[bool], unary_request: bool,
+                 metadata: Any) -> CallMachine:
+        """A new call's machine: its deadline is the sooner of the call's timeout and the method's; under
+        ring_hash, its request hash (A42) from its metadata."""
         limit = self._timeout
         if timeout is not None and timeout < limit:
             limit = timeout
@@ -157,6 +163,9 @@ class Method:
             budget = self._budget
         if budget is not None:
             machine.budget = budget
+        hashing = self._hashing
+        if hashing is not False:
+            machine.request_hash = getrandbits(64) if hashing is None else hashing[0].of(metadata, hashing[1])
         return machine
 
 

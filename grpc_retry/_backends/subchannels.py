@@ -32,7 +32,7 @@ from grpc_retry._backends import health
 from grpc_retry._backends.outliers import OutlierDetector
 from grpc_retry._backends.resolution import Lookup, shared_lookup
 from grpc_retry._backends.target import Target, parse_target, proxied, whole
-from grpc_retry._core import PICK_FIRST, ROUND_ROBIN, Picker
+from grpc_retry._core import PICK_FIRST, RING_HASH, ROUND_ROBIN, Picker, Ring
 from grpc_retry._options import RetryOptions
 
 log = logging.getLogger("grpc_retry")
@@ -60,6 +60,9 @@ SCHEDULE_SIZE = 4096  # the longest weighted schedule (slots by weight): finer w
 
 _PICK_FIRST_FAILING = "failed to connect to all addresses; "
 _ROUND_ROBIN_FAILING = "connections to all backends failing; "
+
+
+_POLICIES = {"round_robin": ROUND_ROBIN, "ring_hash": RING_HASH, "pick_first": PICK_FIRST}
 
 
 def schedule(weights: List[Tuple[int, float]]) -> List[int]:
@@ -95,7 +98,9 @@ class Subchannels:
         self._options = self._subchannel_options(options)
         self.refresh = options.dns_refresh
         self.min_interval = options.dns_min_interval
-        self.picker = Picker(ROUND_ROBIN if options.lb_policy == "round_robin" else PICK_FIRST, 0)
+        self.picker = Picker(_POLICIES.get(options.lb_policy, PICK_FIRST), 0)
+        self._ring_sizes = options.service_config.ring_sizes
+        self._weights: Optional[Dict[str, float]] = None  # an assigned target's, by address (None: even)
         # round_robin spreads over every address, so it keeps them all connected (as grpc's does); pick_first
         # connects one at a time, in order.
         self._eager = options.lb_policy == "round_robin"
@@ -199,6 +204,7 @@ class Subchannels:
         resolver's thread, or the channel's event loop), and each one's share of the calls (None: even)."""
         with self._lock:
             self.picker.set_schedule(None)
+            self._weights = weights
         self._apply(addresses, error)
         if weights is not None and len(set(weights.values())) > 1:
             with self._lock:
@@ -226,6 +232,8 @@ class Subchannels:
                     if slot >= 0 and self.picker.state(slot) != SHUTDOWN:
                         continue
                     new.append(self._place(key, slot))
+                if self.picker.policy == RING_HASH:
+                    self.picker.ring = self._ring(addresses)
             elif not self.live_addresses:
                 self.resolution_error = error
             self.picker.resolved = self.resolved
@@ -238,6 +246,14 @@ class Subchannels:
         elif self._connecting:
             self._connect_next()  # a connect asked for before the name resolved
         self._notify()
+
+    def _ring(self, addresses: List[str]) -> Ring:
+        """(Under the lock.) The ring of the addresses, in their resolver's order, each keyed by its "host:port" and
+        weighed by its weight (ring.pyx.pxi)."""
+        weights = self._weights or {}
+        return Ring([(address.split(":", 1)[1] if address.startswith(("ipv4:", "ipv6:")) else address,
+                      weights.get(address, 1.0), self._slot_of[(address, 0)]) for address in addresses],
+                    *self._ring_sizes)
 
     def _park(self, slot: int) -> None:
         """The slot's address vanished: SHUTDOWN (no new attempt goes there); its channel is retired."""

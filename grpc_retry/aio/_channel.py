@@ -47,7 +47,7 @@ class _MultiCallable(Method):
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind,
-                         getattr(channel, "_admission", None))
+                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None))
         self._interceptors = interceptors
         self.timers = channel._timers  # its calls' timers: the channel's
 
@@ -65,7 +65,7 @@ class UnaryUnaryMultiCallable(_MultiCallable, bases.AioUnaryUnaryMultiCallable):
 
     def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+        return UnaryUnaryCall(self, self._machine(timeout, wait_for_ready, True, metadata), self._serialize(request),
                                     metadata, credentials, wait_for_ready, compression)
 
 
@@ -82,7 +82,7 @@ class UnaryStreamMultiCallable(_MultiCallable, bases.AioUnaryStreamMultiCallable
 
     def _make(self, request: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True), self._serialize(request),
+        return UnaryStreamCall(self, self._machine(timeout, wait_for_ready, True, metadata), self._serialize(request),
                                      metadata, credentials, wait_for_ready, compression)
 
 
@@ -99,7 +99,7 @@ class StreamUnaryMultiCallable(_MultiCallable, bases.AioStreamUnaryMultiCallable
 
     def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+        return StreamUnaryCall(self, self._machine(timeout, wait_for_ready, False, metadata), request_iterator,
                                      self._serializer, metadata, credentials, wait_for_ready, compression)
 
 
@@ -116,7 +116,7 @@ class StreamStreamMultiCallable(_MultiCallable, bases.AioStreamStreamMultiCallab
 
     def _make(self, request_iterator: Any, timeout: Optional[float], metadata: Metadata, credentials: Credentials,
               wait_for_ready: Optional[bool], compression: Compression) -> Any:
-        return StreamStreamCall(self, self._machine(timeout, wait_for_ready, False), request_iterator,
+        return StreamStreamCall(self, self._machine(timeout, wait_for_ready, False, metadata), request_iterator,
                                       self._serializer, metadata, credentials, wait_for_ready, compression)
 
 

@@ -43,7 +43,7 @@ class _MultiCallable(Method):
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
                  kind: str) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind,
-                         getattr(channel, "_admission", None))
+                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None))
         self.workers = channel._workers
 
     def _request_bytes(self, request: Any) -> bytes:
@@ -58,7 +58,7 @@ class _MultiCallable(Method):
         """The non-blocking call object (a future; for response streams, also the iterator)."""
         if self._state.closed:
             raise ValueError(CLOSED_CHANNEL)
-        machine = self._machine(timeout, wait_for_ready, request_iterator is None)
+        machine = self._machine(timeout, wait_for_ready, request_iterator is None, metadata)
         cls: Type[Call] = Call if self.unary_response else StreamingCall
         return cls(self, machine, request, request_iterator, self._serializer, metadata, credentials,
                    wait_for_ready, compression)
@@ -85,7 +85,7 @@ class _MultiCallable(Method):
         else:
             caller = NO_CALLER
         if caller != NO_CALLER:
-            machine = self._machine(timeout, wait_for_ready, request_iterator is None)
+            machine = self._machine(timeout, wait_for_ready, request_iterator is None, metadata)
             # (the driver's own type, made without its constructor: the application never sees a blocking call)
             call = _Future.__new__(_Future)
             call._init_call(self, machine, request, request_iterator, self._serializer, metadata, credentials,

@@ -23,9 +23,12 @@ import pytest
 
 pytest.importorskip("envoy")
 
-from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2  # noqa: E402
+from envoy.config.cluster.v3 import outlier_detection_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: E402
+from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (  # noqa: E402
+    client_side_weighted_round_robin_pb2 as wrr_pb2,
+)
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
@@ -959,15 +962,19 @@ class _Warnings(logging.Handler):
 
 def test_a_cluster_whose_lb_policy_round_robin_serves_is_told_of_once(
         client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
-    """A cluster asking for a policy grpc_retry does not have (ring_hash, then pick_first by
+    """A cluster asking for a policy grpc_retry does not have (weighted_round_robin, then pick_first, by
     load_balancing_policy) is served by round_robin, said once per policy asked for in a WARNING naming the cluster;
     a config that changes the cluster otherwise says nothing again, nor does one back on round_robin."""
+    def weighted(message: Any) -> None:
+        message.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(
+            wrr_pb2.ClientSideWeightedRoundRobin())
+
     warnings = _Warnings()
     logger = logging.getLogger("grpc_retry")
     logger.addHandler(warnings)
     try:
         serve(plane, {"c1": backends[:2]})
-        plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH)))
+        plane.set(cluster(weighted))
         channel = client.channel("xds:///svc")
 
         def served() -> List[int]:
@@ -977,12 +984,11 @@ def test_a_cluster_whose_lb_policy_round_robin_serves_is_told_of_once(
         spread = until(served, lambda counts: all(count > 0 for count in counts[:2]))
         assert all(count > 0 for count in spread[:2]), spread
         (told,) = warnings.wait_for(1)
-        assert "'c1'" in told and "ring_hash" in told and "round_robin serves it" in told
+        assert "'c1'" in told and "weighted_round_robin" in told and "round_robin serves it" in told
         router = channel.raw._router
         applied = router.generation
-        plane.set(cluster(lambda c: (setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH),
-                                     c.circuit_breakers.thresholds.add().max_requests.CopyFrom(
-                                         wrappers_pb2.UInt32Value(value=100)))))
+        plane.set(cluster(lambda c: (weighted(c), c.circuit_breakers.thresholds.add().max_requests.CopyFrom(
+            wrappers_pb2.UInt32Value(value=100)))))
         assert settle(lambda: router.generation > applied)  # (no event tells a config was applied: polled)
         assert router._clusters["c1"].admission.breaker.max_requests == 100
         assert warnings.messages == [told]

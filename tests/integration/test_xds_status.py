@@ -16,6 +16,9 @@ pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
 from envoy.config.core.v3 import base_pb2  # noqa: E402
+from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (  # noqa: E402
+    client_side_weighted_round_robin_pb2 as wrr_pb2,
+)
 from envoy.extensions.load_balancing_policies.round_robin.v3 import round_robin_pb2  # noqa: E402
 from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2  # noqa: E402
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2  # noqa: E402
@@ -99,8 +102,9 @@ def test_each_clusters_tls_is_shown(plane: ControlPlane) -> None:
 
 
 def test_each_clusters_lb_policy_is_shown_with_the_one_in_force(plane: ControlPlane) -> None:
-    """The LB policy a cluster asks for and the one that serves it: round_robin as asked; ring_hash, which
-    grpc_retry has not yet, served by round_robin, said on its line; wrr_locality over round_robin as asked."""
+    """The LB policy a cluster asks for and the one that serves it: round_robin as asked; ring_hash as asked, with
+    its ring's sizes; weighted_round_robin, which grpc_retry has not, served by round_robin, said on its line;
+    wrr_locality over round_robin as asked."""
     env = {"GRPC_XDS_BOOTSTRAP_CONFIG": plane.bootstrap("cli")}
 
     def shown() -> Tuple[Tuple[str, str], str]:
@@ -114,8 +118,12 @@ def test_each_clusters_lb_policy_is_shown_with_the_one_in_force(plane: ControlPl
 
     assert shown() == (("round_robin", "round_robin"), "lb_policy: round_robin")
     plane.set(cluster(lambda c: setattr(c, "lb_policy", cluster_pb2.Cluster.RING_HASH)))
-    assert shown() == (("ring_hash", "round_robin"),
-                       "lb_policy: ring_hash (not implemented: round_robin serves it)")
+    assert shown() == (("ring_hash", "ring_hash (ring of 1024 to 4096 entries)"),
+                       "lb_policy: ring_hash (ring of 1024 to 4096 entries)")
+    plane.set(cluster(lambda c: c.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(
+        wrr_pb2.ClientSideWeightedRoundRobin())))
+    assert shown() == (("weighted_round_robin", "round_robin"),
+                       "lb_policy: weighted_round_robin (not implemented: round_robin serves it)")
     wrapper = wrr_locality_pb2.WrrLocality()
     wrapper.endpoint_picking_policy.policies.add().typed_extension_config.typed_config.Pack(
         round_robin_pb2.RoundRobin())

@@ -127,7 +127,7 @@ def test_load_balancing_config_with_only_a_misspelt_policy_is_an_error_naming_it
         "loadBalancingConfig: no supported policy (found 'round_robbin': did you mean 'round_robin'?)"]
     assert errors_of({"loadBalancingConfig": [{"grpclb": {}}]}) == [
         "loadBalancingConfig: no supported policy (supported: pick_first, round_robin, "
-        "outlier_detection_experimental)"]
+        "outlier_detection_experimental, ring_hash_experimental)"]
 
 
 def test_a_misspelt_policy_skipped_for_a_later_one_is_warned():

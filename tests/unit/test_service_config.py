@@ -212,12 +212,12 @@ INVALID = [
     (
         {"loadBalancingConfig": []},
         "loadBalancingConfig: no supported policy "
-        "(supported: pick_first, round_robin, outlier_detection_experimental)",
+        "(supported: pick_first, round_robin, outlier_detection_experimental, ring_hash_experimental)",
     ),
     (
         {"loadBalancingConfig": [{"grpclb": {}}]},
         "loadBalancingConfig: no supported policy "
-        "(supported: pick_first, round_robin, outlier_detection_experimental)",
+        "(supported: pick_first, round_robin, outlier_detection_experimental, ring_hash_experimental)",
     ),
     (
         {"loadBalancingConfig": [{"ROUND_ROBIN": {}}]},  # keys are case-sensitive here

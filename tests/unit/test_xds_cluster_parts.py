@@ -118,21 +118,25 @@ def test_a_cluster_with_no_endpoint_says_why_as_grpcio_does() -> None:
     assert empty("c", ClusterLoadAssignment("c", ((locality("z", 1, endpoint("10.0.0.1:80")),),), ())) == ""
 
 
+WRR = "weighted_round_robin"
+
+
 def test_a_replaced_lb_policy_is_told_of_once_per_cluster_and_policy_asked_for(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="grpc_retry")
-    assert in_force("ring_hash") == in_force("pick_first") == "round_robin"
+    assert in_force(WRR) == in_force("pick_first") == "round_robin"
+    assert in_force("ring_hash") == "ring_hash"
     assert in_force("wrr_locality(round_robin)") == "wrr_locality(round_robin)"
     replacements = Replacements()
-    for cluster, asked in [("a", "ring_hash"), ("a", "ring_hash"), ("b", "round_robin"), ("a", "pick_first"),
+    for cluster, asked in [("a", WRR), ("a", WRR), ("b", "round_robin"), ("a", "pick_first"),
                            ("a", "round_robin"), ("a", "pick_first")]:
         replacements.note(cluster, asked)
     replacements.keep({"b"})
-    replacements.note("b", "ring_hash")
+    replacements.note("b", WRR)
     replacements.keep({"a"})  # (b leaves the config: told of again when it comes back)
-    replacements.note("b", "ring_hash")
+    replacements.note("b", WRR)
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", f"xDS cluster {cluster!r} asks for the {asked} load-balancing policy, which grpc_retry does not "
                     f"have: round_robin serves it")
-        for cluster, asked in [("a", "ring_hash"), ("a", "pick_first"), ("a", "pick_first"), ("b", "ring_hash"),
-                               ("b", "ring_hash")]]
+        for cluster, asked in [("a", WRR), ("a", "pick_first"), ("a", "pick_first"), ("b", WRR),
+                               ("b", WRR)]]

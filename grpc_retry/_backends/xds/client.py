@@ -26,11 +26,13 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 import grpc
 
+from grpc_retry._backends.xds import hash_policy
 from grpc_retry._backends.xds.bootstrap import Node, XdsServer
 from grpc_retry._backends.xds.errors import ResourceError
-from grpc_retry._backends.xds.lb_policy import in_force
-from grpc_retry._backends.xds.resources import CLUSTER, TYPES, DecodeContext, ResourceType
+from grpc_retry._backends.xds.lb_policy import RING_HASH, in_force
+from grpc_retry._backends.xds.resources import CLUSTER, ROUTE_CONFIGURATION, TYPES, DecodeContext, ResourceType
 from grpc_retry._backends.xds.upstream_tls import describe
+from grpc_retry._core import RING_SIZE_CAP
 from grpc_retry._timer import TIMERS
 
 log = logging.getLogger("grpc_retry")
@@ -176,12 +178,13 @@ class XdsClient:
                 self._subscribe(subscription)
 
     def snapshot(self) -> List[Dict[str, Any]]:
-        """Every resource held: type, name, status, version, error, last update, and for a Cluster the TLS and the
-        LB policy of the value it serves, with the policy in force (xds-status)."""
+        """Every resource held: type, name, status, version, error, last update; for a Cluster the TLS and the
+        LB policy of the value it serves, with the policy in force; for a RouteConfiguration its routes' hash
+        policies (xds-status)."""
         with self._lock:
             return [{"server": self.server.server_uri, "type": t.kind.name, "name": name, "status": r.status,
                      "version": r.version, "error": r.error, "updated": r.updated,
-                     **_cluster_parts(r.value if t.kind is CLUSTER else None)}
+                     **_parts(t.kind, r.value)}
                     for t in self._types.values() for name, r in sorted(t.resources.items())]
 
     def close(self) -> None:
@@ -383,13 +386,20 @@ class XdsClient:
         return errors
 
 
-def _cluster_parts(cluster: Any) -> Dict[str, str]:
-    """What xds-status shows of a Cluster's value (none held: empty)."""
-    if cluster is None:
-        return {"tls": "", "lb_policy": "", "lb_policy_in_force": "", "retry_budget": ""}
-    return {"tls": describe(cluster.tls), "lb_policy": cluster.lb_policy,
-            "lb_policy_in_force": in_force(cluster.lb_policy),
-            "retry_budget": "" if cluster.retry_budget is None else cluster.retry_budget.describe()}
+def _parts(kind: ResourceType, value: Any) -> Dict[str, str]:
+    """What xds-status shows of a Cluster's value, or of a RouteConfiguration's (none held: nothing)."""
+    if value is not None and kind is ROUTE_CONFIGURATION:
+        return {"hash_policies": "; ".join(
+            f"{host.domains[0] if host.domains else ''} route {k}: {hash_policy.describe(route.request_hash)}"
+            for host in value.virtual_hosts for k, route in enumerate(host.routes) if route.request_hash)}
+    if value is None or kind is not CLUSTER:
+        return {}
+    policy = in_force(value.lb_policy)
+    if policy == RING_HASH:
+        low, high = value.ring_sizes
+        policy += f" (ring of {min(low, RING_SIZE_CAP)} to {min(high, RING_SIZE_CAP)} entries)"
+    return {"tls": describe(value.tls), "lb_policy": value.lb_policy, "lb_policy_in_force": policy,
+            "retry_budget": "" if value.retry_budget is None else value.retry_budget.describe()}
 
 
 def _requests(outbox: queue.Queue[Any], writers: List[threading.Thread]) -> Iterator[Any]:

@@ -28,6 +28,7 @@ _POLICIES = {"envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
              "envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3."
              "ClientSideWeightedRoundRobin": "weighted_round_robin"}
 DEFAULT_MAX_REQUESTS = 1024
+MAX_RING_SIZE = 8388608
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Cluster:
     outlier_detection: Optional[OutlierDetection]  # as the service config's outlier_detection_experimental reads
     tls: Optional[UpstreamTls]  # what its transport socket asks for (None: plaintext)
     retry_budget: Optional[RetryBudgetSettings] = None  # retry_budget and max_retries (None: neither)
+    ring_sizes: Tuple[int, int] = (1024, MAX_RING_SIZE)  # ring_hash: the ring's minimum and maximum size
 
 
 def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -> Tuple[str, Cluster]:
@@ -50,7 +52,7 @@ def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -
     cluster = parsed(cluster_pb2.Cluster, data, "Cluster")
     errors = Errors("Cluster", cluster.name)
     kind, eds_name, dns_target, children = _discovery(cluster, errors)
-    policy = _lb_policy(cluster, errors)
+    policy, ring_sizes = _lb_policy(cluster, errors)
     max_requests = DEFAULT_MAX_REQUESTS
     budget = None
     for threshold in cluster.circuit_breakers.thresholds:
@@ -67,7 +69,7 @@ def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -
         errors.add("lrs_server", "ConfigSource is not self")
     errors.raise_if_any()
     return cluster.name, Cluster(cluster.name, kind, eds_name, dns_target, children, policy, max_requests, detection,
-                                 tls, budget)
+                                 tls, budget, ring_sizes)
 
 
 def _retry_budget(threshold: Any, errors: Errors) -> Optional[RetryBudgetSettings]:
@@ -153,34 +155,52 @@ def _dns_target(cluster: Any, errors: Errors) -> str:
     return f"{host}:{socket.port_value}"
 
 
-def _lb_policy(cluster: Any, errors: Errors) -> str:
+def _lb_policy(cluster: Any, errors: Errors) -> Tuple[str, Tuple[int, int]]:
+    """The policy the cluster asks for, and (ring_hash) its ring's sizes, checked as gRPC's core checks them."""
+    sizes = (1024, MAX_RING_SIZE)
     if cluster.HasField("load_balancing_policy"):
-        name = _first_known(cluster.load_balancing_policy)
-        if name is not None:
-            return name
-        errors.add("load_balancing_policy", "no supported load balancing policy config found")
-        return "round_robin"
+        known = _first_known(cluster.load_balancing_policy)
+        if known is None:
+            errors.add("load_balancing_policy", "no supported load balancing policy config found")
+            return "round_robin", sizes
+        name, config = known
+        if name == "ring_hash":
+            from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
+
+            ring = ring_hash_pb2.RingHash()
+            at = "load_balancing_policy.policies[].typed_extension_config.typed_config"
+            if not config.Unpack(ring):
+                errors.add(at, "can't decode RingHash LB policy config")
+                return name, sizes
+            if ring.hash_function not in (ring.XX_HASH, ring.DEFAULT_HASH):
+                errors.add(f"{at}.hash_function", "unsupported value (must be XX_HASH)")
+            sizes = _ring_sizes(ring, f"{at}.", errors)
+        return name, sizes
     if cluster.lb_policy == cluster_pb2.Cluster.ROUND_ROBIN:
-        return "round_robin"
+        return "round_robin", sizes
     if cluster.lb_policy == cluster_pb2.Cluster.RING_HASH:
         ring = cluster.ring_hash_lb_config
-        low = ring.minimum_ring_size.value if ring.HasField("minimum_ring_size") else 1024
-        high = ring.maximum_ring_size.value if ring.HasField("maximum_ring_size") else 8388608
-        for field, value in (("minimum_ring_size", low), ("maximum_ring_size", high)):
-            if not 1 <= value <= 8388608:
-                errors.add(f"ring_hash_lb_config.{field}", "must be in the range of 1 to 8388608")
-        if ring.HasField("minimum_ring_size") and low > high:
-            errors.add("ring_hash_lb_config.minimum_ring_size", "cannot be greater than maximum_ring_size")
         if ring.hash_function != cluster_pb2.Cluster.RingHashLbConfig.XX_HASH:
             errors.add("ring_hash_lb_config.hash_function", "invalid hash function")
-        return "ring_hash"
+        return "ring_hash", _ring_sizes(ring, "ring_hash_lb_config.", errors)
     errors.add("lb_policy", "LB policy is not supported")
-    return "round_robin"
+    return "round_robin", sizes
 
 
-def _first_known(policy: Any) -> Optional[str]:
-    """The name of the first policy of a LoadBalancingPolicy that gRPC knows (None: none), wrr_locality's with its
-    child's, e.g. "wrr_locality(round_robin)": what serves its endpoints within a locality."""
+def _ring_sizes(ring: Any, at: str, errors: Errors) -> Tuple[int, int]:
+    low = ring.minimum_ring_size.value if ring.HasField("minimum_ring_size") else 1024
+    high = ring.maximum_ring_size.value if ring.HasField("maximum_ring_size") else MAX_RING_SIZE
+    for field, value in (("minimum_ring_size", low), ("maximum_ring_size", high)):
+        if not 1 <= value <= MAX_RING_SIZE:
+            errors.add(f"{at}{field}", f"must be in the range of 1 to {MAX_RING_SIZE}")
+    if ring.HasField("minimum_ring_size") and low > high:
+        errors.add(f"{at}minimum_ring_size", "cannot be greater than maximum_ring_size")
+    return low, high
+
+
+def _first_known(policy: Any) -> Optional[Tuple[str, Any]]:
+    """The first policy of a LoadBalancingPolicy that gRPC knows (None: none) and its config, wrr_locality's named
+    with its child's, e.g. "wrr_locality(round_robin)": what serves its endpoints within a locality."""
     for entry in policy.policies:
         config = entry.typed_extension_config.typed_config
         name = _POLICIES.get(config.type_url.rsplit("/", 1)[-1])
@@ -189,9 +209,9 @@ def _first_known(policy: Any) -> Optional[str]:
 
             wrapper = wrr_locality_pb2.WrrLocality()
             child = _first_known(wrapper.endpoint_picking_policy) if config.Unpack(wrapper) else None
-            return name if child is None else f"{name}({child})"
+            return (name, config) if child is None else (f"{name}({child[0]})", child[1])
         if name is not None:
-            return name
+            return name, config
     return None
 
 

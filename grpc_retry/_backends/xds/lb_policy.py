@@ -10,13 +10,19 @@ from typing import Collection, Dict
 log = logging.getLogger("grpc_retry")
 
 ROUND_ROBIN = "round_robin"
+RING_HASH = "ring_hash"
 # wrr_locality over round_robin is what EDS localities get anyway: each locality's share by its weight.
-SERVED = frozenset({ROUND_ROBIN, f"wrr_locality({ROUND_ROBIN})"})
+SERVED = frozenset({ROUND_ROBIN, f"wrr_locality({ROUND_ROBIN})", RING_HASH})
 
 
 def in_force(asked: str) -> str:
     """The policy that serves a cluster asking for `asked` (a Cluster's lb_policy)."""
     return asked if asked in SERVED else ROUND_ROBIN
+
+
+def subchannel_policy(asked: str) -> str:
+    """The policy of the subchannels of a cluster asking for `asked`: ring_hash or round_robin."""
+    return RING_HASH if in_force(asked) == RING_HASH else ROUND_ROBIN
 
 
 class Replacements:

@@ -12,12 +12,13 @@ from grpc_retry._backends.target import address_target
 from grpc_retry._version import grpcio_minor
 
 
-def shares(localities: Iterable[Any]) -> Dict[str, float]:
-    """The endpoints of one priority's localities, as subchannel targets, each with its share of the calls."""
+def shares(localities: Iterable[Any], weights: bool = False) -> Dict[str, float]:
+    """The endpoints of one priority's localities, as subchannel targets, each with its share of the calls (with
+    `weights`: its weight times its locality's, as gRPC's ring_hash weighs it)."""
     endpoints: Dict[str, float] = {}
     for locality in localities:
         kept = [endpoint for endpoint in locality.endpoints if not endpoint.draining]
-        total = sum(endpoint.weight for endpoint in kept)
+        total = 1 if weights else sum(endpoint.weight for endpoint in kept)
         for endpoint in kept:
             endpoints[_target(endpoint.addresses[0])] = locality.weight * endpoint.weight / total
     return endpoints

@@ -10,11 +10,12 @@ from grpc_retry._backends.xds.localities import shares
 Endpoints = Dict[str, float]  # subchannel target -> its share of the priority's calls
 
 
-def priorities(assignment: Any) -> List[Endpoints]:
-    """A cluster's endpoints per priority that has any, in order (None: an assignment not yet had: none)."""
+def priorities(assignment: Any, weights: bool = False) -> List[Endpoints]:
+    """A cluster's endpoints per priority that has any, in order (None: an assignment not yet had: none); with
+    `weights`, each endpoint's weight (as ring_hash weighs it) in place of its share."""
     if assignment is None:
         return []
-    return [endpoints for endpoints in map(shares, assignment.priorities) if endpoints]
+    return [endpoints for endpoints in (shares(p, weights) for p in assignment.priorities) if endpoints]
 
 
 def serving(ordered: List[Endpoints], failing: Callable[[Endpoints], bool]) -> Endpoints:

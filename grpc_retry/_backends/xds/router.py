@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import random
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
@@ -24,7 +25,8 @@ from grpc_retry._backends.xds.client import XdsClient
 from grpc_retry._backends.xds.cluster_impl import ClusterImpl
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.errors import RouteError
-from grpc_retry._backends.xds.lb_policy import ROUND_ROBIN, Replacements
+from grpc_retry._backends.xds.hash_policy import RequestHash
+from grpc_retry._backends.xds.lb_policy import RING_HASH, Replacements, subchannel_policy
 from grpc_retry._backends.xds.localities import empty
 from grpc_retry._backends.xds.priorities import Endpoints, priorities, serving
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
@@ -86,6 +88,8 @@ class XdsRouter:
         self._closing: Set[Any] = set()  # (aio) the closes of retired clusters under way, which close() awaits
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44: those of the config's routes, mapped
+        self._hashes: Set[RequestHash] = set()  # the hash policies of the config's routes
+        self.channel_id = random.getrandbits(64)  # A42's channel-id hash policy hashes to this
         self._replacements = Replacements()  # the clusters whose LB policy round_robin serves, told of once
         self.generation = 0  # bumped with each config applied: what was made for the previous one may be stale
         self._watchers: List[Callable[[], None]] = []  # connectivity subscribers, on every cluster's subchannels
@@ -105,12 +109,13 @@ class XdsRouter:
     # -- per call -----------------------------------------------------------------------------------------------
 
     def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]],
-              patient: bool = False) -> Optional[Tuple[Any, Any, ClusterImpl, Optional[float]]]:
+              patient: bool = False
+              ) -> Optional[Tuple[Any, Any, ClusterImpl, Optional[float], Optional[RequestHash]]]:
         """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies), the
-        cluster's admission (the caller admits the call) and the longest the call may last (A31: the route's
-        max_stream_duration, else its Listener's; None: no limit); None while the channel has had neither a
-        config nor an error (or no config, for a `patient` call: one that waits for ready). RouteError: the call
-        cannot be sent."""
+        cluster's admission (the caller admits the call), the longest the call may last (A31: the route's
+        max_stream_duration, else its Listener's; None: no limit) and the route's hash policies (A42); None while
+        the channel has had neither a config nor an error (or no config, for a `patient` call: one that waits
+        for ready). RouteError: the call cannot be sent."""
         config = self._config
         if config is None:
             if self._error is not None and not patient:
@@ -133,13 +138,15 @@ class XdsRouter:
         limit = route.max_stream_duration
         if limit is None:
             limit = config.listener.max_stream_duration
-        return entry.subchannels, None if policy is None else self._mapped(policy), entry.admission, limit or None
+        return (entry.subchannels, None if policy is None else self._mapped(policy), entry.admission, limit or None,
+                route.request_hash)
 
-    def holds(self, subchannels: Any, policy: Optional[RetryPolicy]) -> bool:
+    def holds(self, subchannels: Any, policy: Optional[RetryPolicy], hashing: Optional[RequestHash] = None) -> bool:
         """Whether the config standing may still send a new call to `subchannels` (its cluster's, not retired)
-        under `policy` (one of its routes', mapped; None: the channel's service config)."""
+        under `policy` (one of its routes', mapped; None: the channel's service config) and `hashing`."""
         return (any(entry.subchannels is subchannels for entry in list(self._clusters.values()))
-                and (policy is None or policy in list(self._policies.values())))
+                and (policy is None or policy in list(self._policies.values()))
+                and (hashing is None or hashing in self._hashes))
 
     def policies(self) -> List[RetryPolicy]:
         """The retry policies of the config's routes, as mapped so far (A44)."""
@@ -180,7 +187,8 @@ class XdsRouter:
         if self.closed:
             return
         for name, cluster in config.clusters.items():
-            made = (cluster.kind, cluster.dns_target, cluster.outlier_detection)
+            made = (cluster.kind, cluster.dns_target, cluster.outlier_detection, subchannel_policy(cluster.lb_policy),
+                    cluster.ring_sizes)
             entry = self._clusters.get(name)
             old = None
             if entry is not None and entry.made != made:
@@ -202,7 +210,7 @@ class XdsRouter:
             entry.admission.retries.update(cluster.retry_budget)
             entry.admission.drops.categories = () if assignment is None else assignment.drops
             if cluster.kind == "EDS":
-                entry.priorities = priorities(assignment)
+                entry.priorities = priorities(assignment, made[3] == RING_HASH)
                 entry.empty = empty(cluster.eds_name or name, assignment)
                 self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
@@ -224,6 +232,7 @@ class XdsRouter:
         # for a cluster or a policy gone.
         host = config.virtual_host
         used = {host.retry_policy_of(route) for route in host.routes}
+        self._hashes = {route.request_hash for route in host.routes if route.request_hash is not None}
         for policy in [policy for policy in list(self._policies) if policy not in used]:
             self._policies.pop(policy, None)
         self.generation += 1
@@ -265,10 +274,11 @@ class XdsRouter:
                                      f"cluster {name!r} has no endpoints", weights)
 
     def _subchannels(self, cluster: Any) -> Any:
-        # round_robin serves every cluster's endpoints, whatever it asks for (lb_policy.py tells of the others).
-        config = dataclasses.replace(self._options.service_config, lb_policy=ROUND_ROBIN,
-                                     outlier_detection=cluster.outlier_detection)
-        options = dataclasses.replace(self._options, service_config=config, lb_policy=ROUND_ROBIN)
+        # ring_hash serves the clusters that ask for it, round_robin every other (lb_policy.py tells of those).
+        policy = subchannel_policy(cluster.lb_policy)
+        config = dataclasses.replace(self._options.service_config, lb_policy=policy,
+                                     outlier_detection=cluster.outlier_detection, ring_sizes=cluster.ring_sizes)
+        options = dataclasses.replace(self._options, service_config=config, lb_policy=policy)
         if cluster.kind == "LOGICAL_DNS":
             subchannels = self._make(f"dns:///{cluster.dns_target}", options)
         else:  # (its endpoints are assigned: _fail_over)

@@ -14,7 +14,9 @@ from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Tuple
 from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 
+from grpc_retry._backends.xds import hash_policy
 from grpc_retry._backends.xds.errors import Errors, parsed
+from grpc_retry._backends.xds.hash_policy import RequestHash
 from grpc_retry._config import RetryPolicy as ServiceRetryPolicy
 
 # The retry_on conditions gRPC honours (A44), and the status codes they name
@@ -67,6 +69,7 @@ class Route:
     retry_policy: Optional[RetryPolicy]
     has_retry_policy: bool
     max_stream_duration: Optional[float]
+    request_hash: Optional[RequestHash] = None  # its hash policies (None: none)
 
     def matches(self, path: str, metadata: Mapping[str, str], draw: Callable[[], int]) -> bool:
         if not self.path(path):
@@ -199,6 +202,7 @@ def _route(route: Any, at: str, errors: Errors, plugins: Dict[str, bool]) -> Opt
     policy = None
     clusters: Tuple[Tuple[str, int], ...] = ()
     duration = None
+    request_hash = None
     if route.HasField("route"):
         action = route.route
         if action.HasField("cluster"):
@@ -219,10 +223,11 @@ def _route(route: Any, at: str, errors: Errors, plugins: Dict[str, bool]) -> Opt
         if action.HasField("retry_policy"):
             policy = _retry_policy(action.retry_policy, f"{at}.route.retry_policy", errors)
         duration = _max_stream_duration(action, f"{at}.route.max_stream_duration", errors)
+        request_hash = hash_policy.parse(action, f"{at}.route", errors)
     if path is None:
         return None
     return Route(path, headers, fraction, clusters, policy, route.HasField("route") and
-                 route.route.HasField("retry_policy"), duration)
+                 route.route.HasField("retry_policy"), duration, request_hash)
 
 
 def _path_matcher(match: Any, at: str, errors: Errors) -> Optional[Callable[[str], bool]]:

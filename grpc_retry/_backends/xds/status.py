@@ -18,8 +18,9 @@ class XdsResource:
     last changed (seconds since the epoch), and for a Cluster whose value is held, the TLS its transport socket asks
     for (gRFC A29: "plaintext", or e.g. "identity mesh, ca mesh, SANs exact spiffe://…"; "" otherwise), the
     load-balancing policy it asks for (e.g. "ring_hash") and the one that serves it ("round_robin" where grpc_retry
-    has not the one asked for), and the retry budget in force for its calls (its circuit breaker's `retry_budget`
-    and `max_retries`; "" for none)."""
+    has not the one asked for; ring_hash with its ring's sizes), and the retry budget in force for its calls (its
+    circuit breaker's `retry_budget` and `max_retries`; "" for none); for a RouteConfiguration, the hash policies
+    of its routes that have any (gRFC A42: what a ring_hash cluster's calls hash)."""
 
     server: str
     type: str
@@ -32,6 +33,7 @@ class XdsResource:
     lb_policy: str = ""
     lb_policy_in_force: str = ""
     retry_budget: str = ""
+    hash_policies: str = ""
 
 
 def xds_status() -> List[XdsResource]:
@@ -115,9 +117,12 @@ def _print(resources: List[XdsResource], errors: dict[str, str]) -> None:
         if resource.tls:
             print(f"{under}tls: {resource.tls}")
         if resource.lb_policy:
-            replaced = resource.lb_policy_in_force != resource.lb_policy
-            print(f"{under}lb_policy: {resource.lb_policy}"
-                  + (f" (not implemented: {resource.lb_policy_in_force} serves it)" if replaced else ""))
+            served = resource.lb_policy_in_force
+            print(f"{under}lb_policy: {resource.lb_policy}" + (
+                f" (not implemented: {served} serves it)" if served.split(" (")[0] != resource.lb_policy
+                else served[len(resource.lb_policy):]))
+        if resource.hash_policies:
+            print(f"{under}hash policies: {resource.hash_policies}")
         if resource.retry_budget:
             print(f"{under}retry budget: {resource.retry_budget}")
     for target, error in errors.items():
