@@ -185,6 +185,8 @@ cdef class CallMachine:
             self._impossible("start")
         self._idle_since = now
         self.state = ATTEMPTING
+        if self.fault_delay > 0:  # (A33) the first attempt waits; the deadline runs meanwhile
+            self.next_at = now + self.fault_delay
         if self.hedging and self.policy.hedge is not None and self.policy.hedge.extra is not None:
             self.policy.hedge.extra.call_started(now)
         if self.budget is not None:
@@ -691,6 +693,9 @@ cdef class CallMachine:
             del self._redos[i]
             self._start_attempt(address, r.previous, now, out, TRANSPARENT)
         while not blocked and self._due(now):
+            if self.counted == 0 and self.fault_code > 0:  # (A33) aborted after its delay, before any attempt
+                self._end(out, A_END, self.fault_code, R_FAULT, now)
+                return
             if self.hedging and self.counted > 0 and self.throttle is not None and not self.throttle.allows_retry():
                 # A6: throttled hedges are not sent.
                 self._stopped = True

@@ -21,8 +21,9 @@ cdef enum:
     R_RECV_TIMEOUT = 11     # the last attempt's perAttemptRecvTimeout fired, and no other may follow
     R_SERVER_DELAY = 12     # the server's RetryInfo asked for a delay past the deadline or the cap
     R_RETRY_BUDGET = 13     # the retry budget refused a retry or hedge, and the attempts sent failed
+    R_FAULT = 14            # an xDS fault filter aborted the call (gRFC A33): no attempt was sent
 
 REASONS = ("", "ok", "fatal_status", "attempts_exhausted", "throttled", "pushback_stop", "committed_then_failed",
            "deadline", "cancelled", "no_address", "hedge_budget", "attempt_timeout", "server_delay",
-           "retry_budget")
+           "retry_budget", "fault_injected")
 

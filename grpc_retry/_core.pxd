@@ -225,6 +225,8 @@ cdef class CallMachine:
     cdef public HeadersWatch watch    # the method's (hedged unary-unary calls; else None): told of it
     cdef public RetryBudget budget  # grpc_retry.retry_budget's, shared by the target's calls (None: none)
     cdef public unsigned long long request_hash  # ring_hash: where on the ring the call's picks start
+    cdef public double fault_delay  # (A33) seconds its first attempt waits (0: none), set before start()
+    cdef public int fault_code      # (A33) the status it then ends with, no attempt sent (0: none)
     cdef int _budget_held       # retries the budget counts in flight for this call (decided, not yet ended)
     cdef public int flush_turns  # FLUSHes a timed call's due timer may take (its driver's inputs can queue)
     cdef int _flushes           # FLUSHes taken by the due timer (0: none pending)

@@ -224,6 +224,8 @@ class CallMachine:
     flush_turns: int
     budget: Optional[RetryBudget]
     request_hash: int
+    fault_delay: float
+    fault_code: int
     idle_time: float
     reason: int
     notes: Optional[List[Tuple[Any, ...]]]

@@ -33,6 +33,7 @@ log = logging.getLogger("grpc_retry")
 PREVIOUS_ATTEMPTS = "grpc-previous-rpc-attempts"
 CANCELLED_DETAILS = "Locally cancelled by application!"
 DEADLINE_DETAILS = "Deadline Exceeded"
+FAULT_DETAILS = "Fault injected"  # an xDS fault filter's abort, as grpcio words it (A33)
 RECV_TIMEOUT_DETAILS = "Stream removed (retry perAttemptRecvTimeout exceeded)"  # grpcio's, when the last one fires
 CLOSED_DETAILS = "Channel closed!"
 INTERNAL_DETAILS = "grpc_retry internal error"
@@ -68,9 +69,12 @@ def trailing_with_attempts(trailing: Optional[Sequence[Tuple[str, Any]]], previo
 
 
 def local_status(code: int, details: str, subchannels: Any, machine: CallMachine) -> Tuple[grpc.StatusCode, str]:
-    """A status no server sent, as grpcio words it: the deadline, no backend to take the call, the last attempt's
-    perAttemptRecvTimeout, or the cancel or local failure whose details the driver gives."""
+    """A status no server sent, as grpcio words it: an injected fault's abort, the deadline, no backend to take
+    the call, the last attempt's perAttemptRecvTimeout, or the cancel or local failure whose details the driver
+    gives."""
     status = STATUS_CODES[code]
+    if machine.reason_name == "fault_injected":
+        return status, FAULT_DETAILS
     if status is grpc.StatusCode.DEADLINE_EXCEEDED:
         return status, DEADLINE_DETAILS
     if machine.recv_timeout_ended:

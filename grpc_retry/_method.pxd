@@ -9,7 +9,7 @@ cdef class Method:
     cdef public object headers_first, subchannels, attempt_streams, unary_response, watched, _shape
     cdef public set calls
     cdef public object _timeout, _wait_for_ready, _throttle, _pool, _picker, _per_rpc_buffer, _enable_retries
-    cdef public object _budget, _admission, _hashing
+    cdef public object _budget, _admission, _hashing, _faults
     cdef public Telemetry _telemetry
     cdef public object _addresses, _started
     cdef public bint _early_said

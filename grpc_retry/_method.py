@@ -37,7 +37,8 @@ class Method:
     __slots__ = ("_state", "_method", "_serializer", "deserializer", "_inner", "_policy", "_attempt_kind",
                  "direct", "headers_first", "subchannels", "_shape", "calls", "attempt_streams",
                  "unary_response", "watched", "_timeout", "_wait_for_ready", "_throttle", "_pool", "_picker",
-                 "_per_rpc_buffer", "_enable_retries", "_budget", "_admission", "_hashing", "_telemetry", "_addresses",
+                 "_per_rpc_buffer", "_enable_retries", "_budget", "_admission", "_hashing", "_faults", "_telemetry",
+                 "_addresses",
                  "_started", "_watch", "_early_said")
     # The channel flavor's attempt maker, of the transport chosen at import (grpc_retry/_transport: its SYNC or AIO)
     ATTEMPTS: Any = None
@@ -46,11 +47,13 @@ class Method:
 
     def __init__(self, state: ChannelState, subchannels: Any, method: str, serializer: Serializer,
                  deserializer: Deserializer, kind: str, admission: Any = None,
-                 hashing: Optional[Tuple[Any, int]] = None) -> None:
+                 hashing: Optional[Tuple[Any, int]] = None,
+                 faults: Optional[Callable[[Any], Tuple[float, int]]] = None) -> None:
         self._state = state
         self._admission = admission  # a routed cluster's (its retry budget, if any, is its calls'), or None
         # ring_hash: (the route's hash policies, the channel id), or None: each call a random hash; else False
         self._hashing: Any = hashing if subchannels.picker.policy == RING_HASH else False
+        self._faults = faults  # a routed call's fault filters (A33): metadata -> (delay, abort status); or None
         self._method = method
         self._serializer = serializer
         self.deserializer = deserializer
@@ -166,6 +169,8 @@ class Method:
         hashing = self._hashing
         if hashing is not False:
             machine.request_hash = getrandbits(64) if hashing is None else hashing[0].of(metadata, hashing[1])
+        if self._faults is not None:
+            machine.fault_delay, machine.fault_code = self._faults(metadata)
         return machine
 
 

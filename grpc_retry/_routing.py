@@ -5,6 +5,7 @@ its admission (below) is asked as each call enters it and told when the call end
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
@@ -41,15 +42,16 @@ class Admission(Protocol):
 class Cluster:
     """What a method reads of its channel: a cluster's subchannels, under one route's view of the channel state,
     the cluster's admission (its retry budget: per call, Method._machine), the route's request hash (ring_hash:
-    the hash policies and the channel id they may hash to) and the channel's own workers (sync) or call timers
-    (aio)."""
+    the hash policies and the channel id they may hash to), its faults (metadata -> the call's delay and abort)
+    and the channel's own workers (sync) or call timers (aio)."""
 
-    __slots__ = ("_state", "_subchannels", "_admission", "_hashing", "_workers", "_timers")
+    __slots__ = ("_state", "_subchannels", "_admission", "_hashing", "_faults", "_workers", "_timers")
 
     def __init__(self, channel: Any, state: Any, subchannels: Any, admission: Admission,
-                 hashing: Optional[Tuple[Any, int]] = None) -> None:
+                 hashing: Optional[Tuple[Any, int]] = None,
+                 faults: Optional[Callable[[Any], Tuple[float, int]]] = None) -> None:
         self._state, self._subchannels, self._admission = state, subchannels, admission
-        self._hashing = hashing
+        self._hashing, self._faults = hashing, faults
         self._workers, self._timers = getattr(channel, "_workers", None), getattr(channel, "_timers", None)
 
 
@@ -66,9 +68,9 @@ class RoutedMethod:
         self._channel = channel
         self._method, self._serializer, self._deserializer, self._kind = method, serializer, deserializer, kind
         self._make, self._extra = make, extra  # the flavor's method class, and what else it takes
-        # By (Subchannels, retry policy, hash policies): the key holds its Subchannels, whose id no other can take
-        # meanwhile.
-        self._methods: Dict[Tuple[Any, Any, Any], Any] = {}
+        # By (Subchannels, retry policy, hash policies, faults): the key holds its Subchannels, whose id no other
+        # can take meanwhile.
+        self._methods: Dict[Tuple[Any, Any, Any, Any], Any] = {}
         self._generation = -1  # the router's, when the methods were last pruned
 
     def admitted(self, metadata: Any, patient: bool) -> Optional[Tuple[Any, Admission, Optional[float]]]:
@@ -88,7 +90,7 @@ class RoutedMethod:
                   ) -> Optional[Tuple[Any, Admission, Optional[float]]]:
         """The method, admission and time limit of a route (the router's route()), the call admitted; None: the
         route's cluster was retired meanwhile. The admission's error: refused."""
-        subchannels, policy, admission, limit, hashing = routed
+        subchannels, policy, admission, limit, (hashing, faults) = routed
         router = self._channel._router
         generation = router.generation
         if generation != self._generation:
@@ -96,11 +98,12 @@ class RoutedMethod:
                 self._methods.pop(stale, None)  # (in place: a method another thread is adding stays)
             self._channel._state.keep_routes(router.policies())
             self._generation = generation
-        key = (subchannels, policy, hashing)
+        key = (subchannels, policy, hashing, faults)
         method = self._methods.get(key)
         if method is None:
             cluster = Cluster(self._channel, self._channel._state.routed(policy), subchannels, admission,
-                              None if hashing is None else (hashing, router.channel_id))
+                              None if hashing is None else (hashing, router.channel_id),
+                              functools.partial(router.faults, faults) if faults else None)
             method = self._methods[key] = self._make(cluster, self._method, self._serializer, self._deserializer,
                                                      self._kind, *self._extra)
         # (last: nothing after it may raise, or the call's place in the cluster would never be freed)

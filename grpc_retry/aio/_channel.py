@@ -47,7 +47,8 @@ class _MultiCallable(Method):
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer, kind: str,
                  interceptors: List[ClientInterceptor]) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind,
-                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None))
+                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None),
+                         getattr(channel, "_faults", None))
         self._interceptors = interceptors
         self.timers = channel._timers  # its calls' timers: the channel's
 

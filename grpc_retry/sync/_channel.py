@@ -43,7 +43,8 @@ class _MultiCallable(Method):
     def __init__(self, channel: Channel, method: str, serializer: Serializer, deserializer: Deserializer,
                  kind: str) -> None:
         super().__init__(channel._state, channel._subchannels, method, serializer, deserializer, kind,
-                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None))
+                         getattr(channel, "_admission", None), getattr(channel, "_hashing", None),
+                         getattr(channel, "_faults", None))
         self.workers = channel._workers
 
     def _request_bytes(self, request: Any) -> bytes:

@@ -1,7 +1,7 @@
 """Listener (LDS) resources of a client, checked as gRPC's core checks them: an API listener holding an
 HttpConnectionManager whose routes are inline or named (RDS over ADS), and whose HTTP filters end with the router.
-Filters a client does not run (other than fault injection, which gRPC accepts) fail the resource unless they are
-optional."""
+Fault injection filters are run (fault.py); the others a gRPC client accepts are not; filters a client does not
+run fail the resource unless they are optional."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ from typing import Any, Optional, Set, Tuple
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
-from grpc_retry._backends.xds import routes
+from grpc_retry._backends.xds import fault, routes
 from grpc_retry._backends.xds.errors import Errors, ResourceError, parsed
 
 _PREFIX = "type.googleapis.com/"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "envoy.extensions.filters.http.router.v3.Router"
-# The filters a gRPC client accepts (fault injection, cookie affinity, GCP authentication): accepted, not run
-CLIENT_FILTERS = ("envoy.extensions.filters.http.fault.v3.HTTPFault",
+# The filters a gRPC client accepts (fault injection, run; cookie affinity, GCP authentication: not run)
+CLIENT_FILTERS = (fault.FAULT,
                   "envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
                   "envoy.extensions.filters.http.gcp_authn.v3.GcpAuthnFilterConfig", ROUTER)
 SERVER_FILTERS = ("envoy.extensions.filters.http.rbac.v3.RBAC",)
 _TYPED_STRUCTS = ("xds.type.v3.TypedStruct", "udpa.type.v1.TypedStruct")
 MAX_SECONDS = 315576000000
+Faults = Tuple[Tuple[str, fault.Fault], ...]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Listener:
     route_config: Optional[routes.RouteConfiguration]
     max_stream_duration: Optional[float]
     filters: Tuple[str, ...]  # the HTTP filters' config types, in order
+    faults: Faults = ()  # the fault filters' names and configs, in order
 
 
 def decode(data: bytes) -> Tuple[str, Listener]:
@@ -76,7 +78,7 @@ def _manager(manager: Any, where: str, errors: Errors, name: str) -> Listener:
     if manager.HasField("common_http_protocol_options") and options.HasField("max_stream_duration"):
         duration = routes.duration(options.max_stream_duration,
                                    f"{where}.common_http_protocol_options.max_stream_duration", errors) or None
-    filters = _filters(manager, where, errors)
+    filters, faults = _filters(manager, where, errors)
     route_name, route_config = None, None
     if manager.HasField("route_config"):
         route_config = routes.read(manager.route_config, f"{where}.route_config", errors)
@@ -88,11 +90,12 @@ def _manager(manager: Any, where: str, errors: Errors, name: str) -> Listener:
         route_name = manager.rds.route_config_name
     else:
         errors.add(where, "neither route_config nor rds fields are present")
-    return Listener(route_name, route_config, duration, filters)
+    return Listener(route_name, route_config, duration, filters, faults)
 
 
-def _filters(manager: Any, where: str, errors: Errors) -> Tuple[str, ...]:
+def _filters(manager: Any, where: str, errors: Errors) -> Tuple[Tuple[str, ...], Faults]:
     kept = []
+    faults = []
     names: Set[str] = set()
     before = errors.count()
     for i, http_filter in enumerate(manager.http_filters):
@@ -121,6 +124,15 @@ def _filters(manager: Any, where: str, errors: Errors) -> Tuple[str, ...]:
                            if kind in SERVER_FILTERS else "unsupported filter type")
             continue
         kept.append(kind)
+        if kind == fault.FAULT and not http_filter.disabled:
+            value = f"{at}.typed_config.value[{kind}]"
+            config = None
+            if http_filter.typed_config.type_url.endswith(fault.FAULT):
+                config = fault.parse(http_filter.typed_config.value, value, errors)
+            else:  # (a TypedStruct)
+                errors.add(value, "could not parse fault injection filter config")
+            if config is not None:
+                faults.append((http_filter.name, config))
     if not kept and errors.count() == before:
         errors.add(f"{where}.http_filters", "expected at least one HTTP filter")
     for i, kind in enumerate(kept):
@@ -131,7 +143,7 @@ def _filters(manager: Any, where: str, errors: Errors) -> Tuple[str, ...]:
         elif kind != ROUTER and last:
             errors.add(f"{where}.http_filters", f"non-terminal filter for config type {kind} is the last filter "
                                                 "in the chain")
-    return tuple(kept)
+    return tuple(kept), tuple(faults)
 
 
 def _type_name(url: str, where: str, errors: Errors) -> Optional[str]:

@@ -25,6 +25,7 @@ from grpc_retry._backends.xds.client import XdsClient
 from grpc_retry._backends.xds.cluster_impl import ClusterImpl
 from grpc_retry._backends.xds.config import ConfigWatcher, XdsConfig
 from grpc_retry._backends.xds.errors import RouteError
+from grpc_retry._backends.xds.fault import Fault, decide
 from grpc_retry._backends.xds.hash_policy import RequestHash
 from grpc_retry._backends.xds.lb_policy import RING_HASH, Replacements, subchannel_policy
 from grpc_retry._backends.xds.localities import empty
@@ -89,6 +90,7 @@ class XdsRouter:
         self._failover = threading.RLock()  # (re-entered: giving addresses tells the watchers, _fail_over one)
         self._policies: Dict[RouteRetryPolicy, RetryPolicy] = {}  # A44: those of the config's routes, mapped
         self._hashes: Set[RequestHash] = set()  # the hash policies of the config's routes
+        self._faults: Set[Tuple[Fault, ...]] = set()  # the faults its calls may run, per route and cluster
         self.channel_id = random.getrandbits(64)  # A42's channel-id hash policy hashes to this
         self._replacements = Replacements()  # the clusters whose LB policy round_robin serves, told of once
         self.generation = 0  # bumped with each config applied: what was made for the previous one may be stale
@@ -110,10 +112,11 @@ class XdsRouter:
 
     def route(self, method: str, metadata: Optional[Sequence[Tuple[str, Any]]],
               patient: bool = False
-              ) -> Optional[Tuple[Any, Any, ClusterImpl, Optional[float], Optional[RequestHash]]]:
+              ) -> Optional[Tuple[Any, Any, ClusterImpl, Optional[float], Tuple[Optional[RequestHash], Any]]]:
         """A new call's cluster (its Subchannels), retry policy (None: the channel's service config applies), the
         cluster's admission (the caller admits the call), the longest the call may last (A31: the route's
-        max_stream_duration, else its Listener's; None: no limit) and the route's hash policies (A42); None while
+        max_stream_duration, else its Listener's; None: no limit) and what else its call runs by (the route's hash
+        policies, A42, and its fault filters' configs, A33: faults()); None while
         the channel has had neither a config nor an error (or no config, for a `patient` call: one that waits
         for ready). RouteError: the call cannot be sent."""
         config = self._config
@@ -138,15 +141,23 @@ class XdsRouter:
         limit = route.max_stream_duration
         if limit is None:
             limit = config.listener.max_stream_duration
+        faults = config.virtual_host.faults_of(route, cluster, config.listener.faults)
         return (entry.subchannels, None if policy is None else self._mapped(policy), entry.admission, limit or None,
-                route.request_hash)
+                (route.request_hash, faults))
 
-    def holds(self, subchannels: Any, policy: Optional[RetryPolicy], hashing: Optional[RequestHash] = None) -> bool:
+    @staticmethod
+    def faults(faults: Sequence[Fault], metadata: Optional[Sequence[Tuple[str, Any]]]) -> Tuple[float, int]:
+        """A call's faults (A33): the delay before its first attempt, and the status it then ends with (0: none)."""
+        return decide(faults, metadata)
+
+    def holds(self, subchannels: Any, policy: Optional[RetryPolicy], hashing: Optional[RequestHash] = None,
+              faults: Tuple[Fault, ...] = ()) -> bool:
         """Whether the config standing may still send a new call to `subchannels` (its cluster's, not retired)
-        under `policy` (one of its routes', mapped; None: the channel's service config) and `hashing`."""
+        under `policy` (one of its routes', mapped; None: the channel's service config), `hashing` and
+        `faults`."""
         return (any(entry.subchannels is subchannels for entry in list(self._clusters.values()))
                 and (policy is None or policy in list(self._policies.values()))
-                and (hashing is None or hashing in self._hashes))
+                and (hashing is None or hashing in self._hashes) and (not faults or faults in self._faults))
 
     def policies(self) -> List[RetryPolicy]:
         """The retry policies of the config's routes, as mapped so far (A44)."""
@@ -233,6 +244,8 @@ class XdsRouter:
         host = config.virtual_host
         used = {host.retry_policy_of(route) for route in host.routes}
         self._hashes = {route.request_hash for route in host.routes if route.request_hash is not None}
+        self._faults = {host.faults_of(route, name, config.listener.faults)
+                        for route in host.routes for name, _ in route.clusters}
         for policy in [policy for policy in list(self._policies) if policy not in used]:
             self._policies.pop(policy, None)
         self.generation += 1

@@ -14,13 +14,16 @@ from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Tuple
 from envoy.config.route.v3 import route_pb2
 from envoy.type.v3 import percent_pb2
 
-from grpc_retry._backends.xds import hash_policy
+from grpc_retry._backends.xds import fault, hash_policy
 from grpc_retry._backends.xds.errors import Errors, parsed
+from grpc_retry._backends.xds.fault import Fault
 from grpc_retry._backends.xds.hash_policy import RequestHash
 from grpc_retry._config import RetryPolicy as ServiceRetryPolicy
 
 # The retry_on conditions gRPC honours (A44), and the status codes they name
 RETRY_CODES = {"cancelled": 1, "deadline-exceeded": 4, "internal": 13, "resource-exhausted": 8, "unavailable": 14}
+Overrides = Tuple[Tuple[str, Optional[Fault]], ...]  # a typed_per_filter_config's fault filters, by name
+
 _PER_MILLION = {percent_pb2.FractionalPercent.HUNDRED: 10000, percent_pb2.FractionalPercent.TEN_THOUSAND: 100,
                 percent_pb2.FractionalPercent.MILLION: 1}
 _UINT32 = 2 ** 32 - 1
@@ -70,6 +73,10 @@ class Route:
     has_retry_policy: bool
     max_stream_duration: Optional[float]
     request_hash: Optional[RequestHash] = None  # its hash policies (None: none)
+    # typed_per_filter_config of fault filters, by filter name (None: disabled): the route's, and its weighted
+    # clusters' by cluster name
+    filter_overrides: Overrides = ()
+    cluster_overrides: Tuple[Tuple[str, Overrides], ...] = ()
 
     def matches(self, path: str, metadata: Mapping[str, str], draw: Callable[[], int]) -> bool:
         if not self.path(path):
@@ -102,6 +109,7 @@ class VirtualHost:
     domains: Tuple[str, ...]
     routes: Tuple[Route, ...]
     retry_policy: Optional[RetryPolicy]
+    filter_overrides: Overrides = ()
 
     def cluster_names(self) -> FrozenSet[str]:
         return frozenset(name for route in self.routes for name, _ in route.clusters)
@@ -109,6 +117,23 @@ class VirtualHost:
     def route(self, path: str, metadata: Mapping[str, str],
               draw: Callable[[], int] = lambda: random.randrange(1_000_000)) -> Optional[Route]:
         return next((r for r in self.routes if r.matches(path, metadata, draw)), None)
+
+    def faults_of(self, route: Route, cluster: str, faults: Tuple[Tuple[str, Fault], ...]) -> Tuple[Fault, ...]:
+        """The fault configs a call routed by `route` to `cluster` runs: each of the listener's `faults` filters
+        (name, config), overridden whole by the weighted cluster's, else the route's, else this host's config
+        for that name (A39), and left out where one disables it."""
+        found = []
+        weighted = dict(dict(route.cluster_overrides).get(cluster, ()))
+        by_route, by_host = dict(route.filter_overrides), dict(self.filter_overrides)
+        for name, config in faults:
+            chosen: Optional[Fault] = config
+            for overrides in (weighted, by_route, by_host):
+                if name in overrides:
+                    chosen = overrides[name]
+                    break
+            if chosen is not None:
+                found.append(chosen)
+        return tuple(found)
 
     def retry_policy_of(self, route: Route) -> Optional[RetryPolicy]:
         """A route's own policy replaces the virtual host's whole (A44)."""
@@ -159,7 +184,8 @@ def read(config: Any, where: str, errors: Errors) -> RouteConfiguration:
         policy = _retry_policy(vhost.retry_policy, f"{at}.retry_policy", errors) \
             if vhost.HasField("retry_policy") else None
         found = (_route(r, f"{at}.routes[{j}]", errors, plugins) for j, r in enumerate(vhost.routes))
-        hosts.append(VirtualHost(tuple(vhost.domains), tuple(r for r in found if r is not None), policy))
+        hosts.append(VirtualHost(tuple(vhost.domains), tuple(r for r in found if r is not None), policy,
+                                 _overrides(vhost.typed_per_filter_config, f"{at}.typed_per_filter_config", errors)))
     return RouteConfiguration(config.name, tuple(hosts))
 
 
@@ -203,6 +229,7 @@ def _route(route: Any, at: str, errors: Errors, plugins: Dict[str, bool]) -> Opt
     clusters: Tuple[Tuple[str, int], ...] = ()
     duration = None
     request_hash = None
+    cluster_overrides: Tuple[Tuple[str, Overrides], ...] = ()
     if route.HasField("route"):
         action = route.route
         if action.HasField("cluster"):
@@ -224,10 +251,31 @@ def _route(route: Any, at: str, errors: Errors, plugins: Dict[str, bool]) -> Opt
             policy = _retry_policy(action.retry_policy, f"{at}.route.retry_policy", errors)
         duration = _max_stream_duration(action, f"{at}.route.max_stream_duration", errors)
         request_hash = hash_policy.parse(action, f"{at}.route", errors)
+        if action.HasField("weighted_clusters"):
+            by_cluster = ((weight.name, _overrides(weight.typed_per_filter_config,
+                                                   f"{at}.route.weighted_clusters.clusters[{k}].typed_per_filter_config",
+                                                   errors))
+                          for k, weight in enumerate(action.weighted_clusters.clusters))
+            cluster_overrides = tuple((name, found) for name, found in by_cluster if found)
     if path is None:
         return None
     return Route(path, headers, fraction, clusters, policy, route.HasField("route") and
-                 route.route.HasField("retry_policy"), duration, request_hash)
+                 route.route.HasField("retry_policy"), duration, request_hash,
+                 _overrides(route.typed_per_filter_config, f"{at}.typed_per_filter_config", errors),
+                 cluster_overrides)
+
+
+def _overrides(configs: Any, at: str, errors: Errors) -> Overrides:
+    """The fault filters' entries of a typed_per_filter_config, by filter name (None: disabled there)."""
+    found = []
+    for name in sorted(configs):
+        if not name:
+            errors.add(at, "filter name must be non-empty")
+            continue
+        ours, config = fault.override(configs[name], f"{at}[{name}]", errors)
+        if ours:
+            found.append((name, config))
+    return tuple(found)
 
 
 def _path_matcher(match: Any, at: str, errors: Errors) -> Optional[Callable[[str], bool]]:
