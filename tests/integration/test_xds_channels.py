@@ -25,7 +25,6 @@ pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import outlier_detection_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
-from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: E402
 from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (  # noqa: E402
     client_side_weighted_round_robin_pb2 as wrr_pb2,
 )
@@ -538,19 +537,6 @@ def test_a_routes_max_stream_duration_bounds_the_call_as_on_grpcio(client: Any, 
     outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
     assert outcome.code.name == theirs[0] == "DEADLINE_EXCEEDED"
     assert time.monotonic() - started < 2
-
-
-def test_a_call_to_an_aggregate_cluster_fails_at_once(client: Any, plane: ControlPlane) -> None:
-    def aggregate(message: Any) -> None:
-        message.ClearField("type")
-        message.ClearField("eds_cluster_config")
-        message.cluster_type.name = "envoy.clusters.aggregate"
-        message.cluster_type.typed_config.Pack(aggregate_pb2.ClusterConfig(clusters=["c2"]))
-    plane.set(cluster(aggregate))
-    plane.set(route_config())
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
-    assert (outcome.code, outcome.details) == (
-        grpc.StatusCode.UNAVAILABLE, "cluster 'c1': aggregate clusters are not supported by grpc_retry")
 
 
 def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:

@@ -1,16 +1,24 @@
 """What an `xds:` target is configured with, followed resource to resource (as gRPC's xDS dependency manager, gRFC
 A74): its Listener, the RouteConfiguration it names or holds, the virtual host for the target's name, every
-cluster its routes can send to, and each cluster's endpoints. The whole is told to a listener each time any part
-changes and every part is known; a part that fails is told as an error, the last whole config standing."""
+cluster its routes can send to (an aggregate cluster's children too, to its leaves: A37, A75), and each cluster's
+endpoints. The whole is told to a listener each time any part changes and every part is known; a part that fails
+is told as an error, the last whole config standing.
+
+An aggregate cluster's leaves are its children in order, each aggregate child replaced by its own leaves, a
+cluster met before left out (so a cycle ends), at most MAX_DEPTH clusters deep; with none, or deeper, the
+aggregate has an error in place of its leaves (its calls fail with it), as gRPC's core words it."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from grpc_retry._backends.xds import resources
 from grpc_retry._backends.xds.client import Watcher, XdsClient
+from grpc_retry._backends.xds.clusters import AGGREGATE
+
+MAX_DEPTH = 16  # clusters from an aggregate to its deepest leaf, both counted, at most (as gRPC's core counts)
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,7 @@ class XdsConfig:
     virtual_host: Any
     clusters: Mapping[str, Any]  # name -> Cluster
     endpoints: Mapping[str, Any]  # cluster name -> its ClusterLoadAssignment (None: it has none)
+    aggregates: Mapping[str, Any] = field(default_factory=dict)  # aggregate cluster -> its leaves, or its error
 
 
 class ConfigWatcher:
@@ -84,7 +93,13 @@ class ConfigWatcher:
                 self._watch(resources.ROUTE_CONFIGURATION, route_name)
         route = self._listener.route_config if self._listener is not None and route_name is None else self._route
         host = None if route is None else route.virtual_host(self._authority)
-        wanted = set() if host is None else host.cluster_names()
+        wanted = set() if host is None else set(host.cluster_names())
+        reach = list(wanted)
+        while reach:  # (an aggregate's children, to its leaves)
+            cluster = self._clusters.get(reach.pop())
+            if cluster is not None and cluster.kind == AGGREGATE:
+                reach.extend(child for child in cluster.children if child not in wanted)
+                wanted.update(cluster.children)
         for name in set(self._clusters) - wanted:
             cluster = self._clusters.pop(name)
             self._unwatch(resources.CLUSTER, name)
@@ -128,9 +143,33 @@ class ConfigWatcher:
             if assignment is None and (resources.CLUSTER_LOAD_ASSIGNMENT.name, eds_name) not in self._missing:
                 return  # its endpoints have not come yet
             endpoints[name] = assignment
+        aggregates = {name: self._leaves(name) for name, cluster in self._clusters.items()
+                      if cluster is not None and cluster.kind == AGGREGATE}
         config = XdsConfig(self._listener, route, host, {n: c for n, c in self._clusters.items() if c is not None},
-                           endpoints)
+                           endpoints, aggregates)
         self._tell(lambda: self._on_config(config))
+
+    def _leaves(self, name: str) -> Any:
+        """(Under the lock.) An aggregate cluster's leaf clusters in priority order, or its error (a str)."""
+        leaves: List[str] = []
+        seen: Set[str] = set()
+
+        def visit(at: str, depth: int) -> Optional[str]:
+            if at in seen:
+                return None
+            seen.add(at)
+            if depth >= MAX_DEPTH:
+                return "aggregate cluster graph exceeds max depth"
+            cluster = self._clusters.get(at)
+            if cluster is None or cluster.kind != AGGREGATE:
+                if cluster is not None:  # (one that does not exist has nothing to give)
+                    leaves.append(at)
+                return None
+            return next((error for error in (visit(child, depth + 1) for child in cluster.children) if error), None)
+        error = visit(name, 0)
+        if error is None and not leaves:
+            error = f"aggregate cluster dependency graph for {name} has no leaf clusters"
+        return error or tuple(leaves)
 
     def _tell_error(self, message: str) -> None:
         self._tell(lambda: self._on_error(message))

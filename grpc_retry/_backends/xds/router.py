@@ -224,8 +224,8 @@ class XdsRouter:
                 entry.priorities = priorities(assignment, made[3] == RING_HASH)
                 entry.empty = empty(cluster.eds_name or name, assignment)
                 self._fail_over(name, entry)
-            elif cluster.kind == "AGGREGATE":  # its calls fail at once, rather than wait for endpoints never given
-                entry.subchannels.assign([], f"cluster {name!r}: aggregate clusters are not supported by grpc_retry")
+            elif cluster.kind == "AGGREGATE":
+                self._aggregate(name, entry, config, made[3] == RING_HASH)
         named = config.virtual_host.cluster_names()
         for name, entry in list(self._clusters.items()):
             if name in config.clusters:
@@ -249,6 +249,20 @@ class XdsRouter:
         for policy in [policy for policy in list(self._policies) if policy not in used]:
             self._policies.pop(policy, None)
         self.generation += 1
+
+    def _aggregate(self, name: str, entry: _Cluster, config: XdsConfig, weights: bool) -> None:
+        """An aggregate cluster's endpoints: its EDS leaves' priorities, leaf after leaf (A37), so that calls fail
+        over from one leaf to the next as from one priority to the next; its error, if its graph has one. (A
+        LOGICAL_DNS leaf gives none here.)"""
+        leaves = config.aggregates.get(name)
+        if isinstance(leaves, str):
+            entry.priorities = None
+            entry.subchannels.assign([], leaves)
+            return
+        entry.priorities = [endpoints for leaf in leaves or () if config.clusters[leaf].kind == "EDS"
+                            for endpoints in priorities(config.endpoints.get(leaf), weights)]
+        entry.empty = ""
+        self._fail_over(name, entry)
 
     def _retire(self, entry: _Cluster) -> None:
         """No new call goes to `entry`; its subchannels close once its last call in flight has ended."""
