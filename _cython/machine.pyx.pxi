@@ -278,6 +278,8 @@ cdef class CallMachine:
         a.live = False
         a.writing = False
         self.live -= 1
+        if self.picker.loads:
+            self.picker.load_ended(a.address, a.born, code == STATUS_OK)
         if a.budgeted:
             self._budget_release(a)
         self._last = n
@@ -598,6 +600,8 @@ cdef class CallMachine:
         a.live = False
         a.writing = False
         self.live -= 1
+        if self.picker.loads:
+            self.picker.load_ended(a.address, a.born, False)
         if a.budgeted:
             self._budget_release(a)
         out.append((A_CANCEL, i))
@@ -820,6 +824,8 @@ cdef class CallMachine:
             a.budgeted = True  # (the retry or hedge the budget allowed: in flight until it ends)
         self._attempts.append(a)
         self._used = self._used | (1 << address)
+        if self.picker.loads:
+            self.picker.load_started(address)
         if self.live == 0:
             self.idle_time += now - self._idle_since
         self.live += 1

@@ -24,6 +24,9 @@
 # retry or hedge to the next endpoint on the ring the call has not used. With none unused: the first used one that
 # can take it, then an ejected one.
 #
+# Load reports (LRS, _backends/xds/load_report.py) count each slot's attempts here while `loads`: issued, in
+# progress, succeeded and failed (`load_started` / `load_ended`, read and reset by `take_loads`).
+#
 # Outlier detection (gRFC A50, _backends/outliers.py) counts each attempt's result for its slot here (`record`,
 # only while `counting`) and marks slots ejected. An ejected slot gets no attempt while any other slot could take
 # one, used by the call or not; only when nothing else is left does a call go there rather than fail.
@@ -58,6 +61,8 @@ cdef class Picker:
         self._schedule = None
         self._turn = 0
         self.ring = None
+        self.loads = False
+        self._loads = [[0, 0, 0, 0] for _ in range(size)]  # per slot: issued, in progress, succeeded, failed
 
     def set_schedule(self, schedule):
         """round_robin by weight: the slots rotations start at, in turn (None, or empty: every slot in order)."""
@@ -77,7 +82,7 @@ cdef class Picker:
         if grow < 0:
             for i in range(size, len(self._states)):
                 self.eject(i, False)
-            for per_slot in (self._states, self._born, self._ejected, self._ok, self._failed):
+            for per_slot in (self._states, self._born, self._ejected, self._ok, self._failed, self._loads):
                 del per_slot[size:]
         else:
             self._states.extend([STATE_IDLE] * grow)
@@ -85,6 +90,7 @@ cdef class Picker:
             self._ejected.extend([False] * grow)
             self._ok.extend([0] * grow)
             self._failed.extend([0] * grow)
+            self._loads.extend([[0, 0, 0, 0] for _ in range(grow)])
         if self._next >= size:
             self._next = 0
 
@@ -95,6 +101,7 @@ cdef class Picker:
         self._states[index] = STATE_IDLE
         self.eject(index, False)
         self._ok[index] = self._failed[index] = 0
+        self._loads[index] = [0, 0, 0, 0]
 
     cpdef long born(self, int index):
         return self._born[index]
@@ -115,6 +122,26 @@ cdef class Picker:
                 self._ok[index] += 1
             else:
                 self._failed[index] += 1
+
+    cdef void load_started(self, int index):
+        cdef list load = self._loads[index]
+        load[0] += 1
+        load[1] += 1
+
+    cdef void load_ended(self, int index, long born, bint ok):
+        cdef list load
+        if self._born[index] == born:  # (an attempt on the address the slot held before: its load went with it)
+            load = self._loads[index]
+            load[1] -= 1
+            load[2 if ok else 3] += 1
+
+    def take_loads(self):
+        """Per slot, (issued, in progress, succeeded, failed): the attempts issued and ended since the last time
+        (their counts start again from zero), and those in progress now."""
+        taken = [tuple(load) for load in self._loads]
+        for load in self._loads:
+            load[0] = load[2] = load[3] = 0
+        return taken
 
     def take_counts(self):
         """Per slot, (succeeded, failed) since the last time; the counts start again from zero."""

@@ -124,6 +124,8 @@ cdef class Ring:
 cdef class Picker:
     cdef readonly int policy
     cdef public Ring ring        # ring_hash: the ring (None: none yet, or another policy)
+    cdef public bint loads       # load reports want every attempt's start and end
+    cdef list _loads             # per slot: [issued, in progress, succeeded, failed]
     cdef list _states
     cdef int _next          # round_robin: where the next rotation starts
     cdef public long generation  # bumped by the subchannels on every change
@@ -140,6 +142,8 @@ cdef class Picker:
     cdef int _turn               # ... and where in it the next starts
     cpdef long born(self, int index)
     cdef void record(self, int index, long born, bint ok)
+    cdef void load_started(self, int index)
+    cdef void load_ended(self, int index, long born, bint ok)
     cpdef object forget(self, object used, long since)
     cpdef void set_state(self, int index, int state)
     cpdef int state(self, int index)

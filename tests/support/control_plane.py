@@ -15,7 +15,8 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from google.protobuf import any_pb2
+from envoy.service.load_stats.v3 import lrs_pb2, lrs_pb2_grpc
+from google.protobuf import any_pb2, duration_pb2
 
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
@@ -51,6 +52,9 @@ class ControlPlane:
         self._nonces = itertools.count(1)
         self._sent: Dict[str, int] = {}  # nonce -> version of the response that carried it
         self.requests: List[Request] = []
+        self.load_reports: List[Tuple[str, Any]] = []  # (node, ClusterStats) of every LRS report
+        self.lrs_streams = 0
+        self.report_interval = 0.2  # seconds: what the LRS server asks its clients for
         self._tls = tls
         self.port = 0
         self.start()
@@ -59,6 +63,7 @@ class ControlPlane:
         """Serve (again, after stop(): on the same port, with the same resources)."""
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), self._server)
+        lrs_pb2_grpc.add_LoadReportingServiceServicer_to_server(_LoadReports(self), self._server)
         address = f"127.0.0.1:{self.port}"
         if self._tls is None:
             self.port = self._server.add_insecure_port(address)
@@ -146,6 +151,22 @@ class ControlPlane:
         self.wait_for(answered, timeout, f"{node}'s answer to {type_url} version {version}")
         return next(r for r in self.answers(node, type_url) if r.answered == version)
 
+    def load_totals(self, node: str, cluster: str) -> Dict[str, int]:
+        """What `node`'s load reports for `cluster` add up to: issued, succeeded, failed (over every locality), the
+        last report's in progress, and drops."""
+        with self._lock:
+            found = [stats for who, stats in self.load_reports if who == node and stats.cluster_name == cluster]
+        totals = {"issued": 0, "succeeded": 0, "failed": 0, "in_progress": 0, "dropped": 0}
+        for stats in found:
+            for locality in stats.upstream_locality_stats:
+                totals["issued"] += locality.total_issued_requests
+                totals["succeeded"] += locality.total_successful_requests
+                totals["failed"] += locality.total_error_requests
+            totals["dropped"] += stats.total_dropped_requests
+        if found:
+            totals["in_progress"] = sum(loc.total_requests_in_progress for loc in found[-1].upstream_locality_stats)
+        return totals
+
     def streams(self) -> int:
         with self._lock:
             return len(self._streams)
@@ -179,6 +200,27 @@ class _Stream:
             if item is _END:
                 return
             yield item
+
+
+class _LoadReports(lrs_pb2_grpc.LoadReportingServiceServicer):
+    """LRS: asks every client for all its clusters at the plane's interval, and keeps what each report says."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self._plane = plane
+
+    def StreamLoadStats(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        node = ""
+        with self._plane._lock:
+            self._plane.lrs_streams += 1
+        for request in request_iterator:
+            if request.node.id:
+                node = request.node.id
+                interval = duration_pb2.Duration()
+                interval.FromMilliseconds(int(self._plane.report_interval * 1000))
+                yield lrs_pb2.LoadStatsResponse(send_all_clusters=True, load_reporting_interval=interval)
+            with self._plane._lock:
+                self._plane.load_reports.extend((node, stats) for stats in request.cluster_stats)
+                self._plane._lock.notify_all()
 
 
 class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):

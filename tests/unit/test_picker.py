@@ -127,3 +127,26 @@ def test_a_schedule_spreads_each_slots_turns():
     assert schedule([(0, 3.0), (1, 1.0)]) == [0, 0, 1, 0]
     turns = schedule([(slot, 1.0 + slot % 7) for slot in range(2000)])
     assert len(turns) <= SCHEDULE_SIZE + 2000 and set(turns) == set(range(2000))
+
+
+def test_load_counts_follow_each_attempt_of_a_call_to_its_end():
+    """Load reports: every attempt started is issued and in progress on its slot until it ends, succeeded or
+    failed (a hedge cancelled because another answered is failed, as gRPC counts it)."""
+    import math
+    import random
+
+    from grpc_retry._core import BufferPool, CallMachine, CallPolicy
+
+    picker = Picker(ROUND_ROBIN, 2)
+    for slot in range(2):
+        picker.set_state(slot, 2)
+    picker.loads = True
+    policy = CallPolicy(max_attempts=2, retryable_codes=(14,), hedging_delay=0.01)
+    m = CallMachine(policy, None, BufferPool(1 << 20), picker, 1 << 20, math.inf, random.random)
+    m.start(0.0, b"x")
+    m.timer(0.01)  # the hedge
+    assert [load[:2] for load in picker.take_loads()] == [(1, 1), (1, 1)]
+    m.headers(1, 0.02)
+    m.status(1, 0, None, None, 0.02)  # the hedge answers; the first attempt is cancelled
+    assert picker.take_loads() == [(0, 0, 0, 1), (0, 0, 1, 0)]
+    assert picker.take_loads() == [(0, 0, 0, 0), (0, 0, 0, 0)]

@@ -30,6 +30,7 @@ from grpc_retry._backends.xds import hash_policy
 from grpc_retry._backends.xds.bootstrap import Node, XdsServer
 from grpc_retry._backends.xds.errors import ResourceError
 from grpc_retry._backends.xds.lb_policy import RING_HASH, in_force
+from grpc_retry._backends.xds.load_report import LoadReporter
 from grpc_retry._backends.xds.resources import CLUSTER, ROUTE_CONFIGURATION, TYPES, DecodeContext, ResourceType
 from grpc_retry._backends.xds.upstream_tls import describe
 from grpc_retry._core import RING_SIZE_CAP
@@ -122,6 +123,7 @@ class XdsClient:
         self._state = grpc.ChannelConnectivity.IDLE  # the channel's, last told
         self._channel = channel if channel is not None else _channel_to(server)
         self._channel.subscribe(self._on_connectivity, try_to_connect=True)
+        self._reporter: Optional[LoadReporter] = None  # its LRS stream's, once a cluster reports here
         self._thread = threading.Thread(target=self._run, name=f"grpc_retry-xds-{server.server_uri}", daemon=True)
         self._thread.start()
 
@@ -184,10 +186,21 @@ class XdsClient:
         with self._lock:
             return [{"server": self.server.server_uri, "type": t.kind.name, "name": name, "status": r.status,
                      "version": r.version, "error": r.error, "updated": r.updated,
-                     **_parts(t.kind, r.value)}
+                     **_parts(t.kind, r.value, self._reporter)}
                     for t in self._types.values() for name, r in sorted(t.resources.items())]
 
+    def reporter(self) -> LoadReporter:
+        """The load reporter of this server (LRS), for the clusters whose lrs_server is it."""
+        with self._lock:
+            if self._reporter is None:
+                self._reporter = LoadReporter(self._channel, self._node)
+            return self._reporter
+
     def close(self) -> None:
+        with self._lock:
+            reporter = self._reporter
+        if reporter is not None:
+            reporter.close()
         with self._lock:
             self._closed = True
             for subscription in self._types.values():
@@ -386,7 +399,7 @@ class XdsClient:
         return errors
 
 
-def _parts(kind: ResourceType, value: Any) -> Dict[str, str]:
+def _parts(kind: ResourceType, value: Any, reporter: Optional[LoadReporter]) -> Dict[str, str]:
     """What xds-status shows of a Cluster's value, or of a RouteConfiguration's (none held: nothing)."""
     if value is not None and kind is ROUTE_CONFIGURATION:
         return {"hash_policies": "; ".join(
@@ -398,8 +411,13 @@ def _parts(kind: ResourceType, value: Any) -> Dict[str, str]:
     if policy == RING_HASH:
         low, high = value.ring_sizes
         policy += f" (ring of {min(low, RING_SIZE_CAP)} to {min(high, RING_SIZE_CAP)} entries)"
+    reports = ""
+    if value.load_reports:
+        stream = "stream open" if reporter is not None and reporter.streaming else "no stream yet"
+        reports = f"reporting to the management server ({stream}, {reporter.reports if reporter else 0} sent)"
     return {"tls": describe(value.tls), "lb_policy": value.lb_policy, "lb_policy_in_force": policy,
-            "retry_budget": "" if value.retry_budget is None else value.retry_budget.describe()}
+            "retry_budget": "" if value.retry_budget is None else value.retry_budget.describe(),
+            "load_reports": reports}
 
 
 def _requests(outbox: queue.Queue[Any], writers: List[threading.Thread]) -> Iterator[Any]:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 from grpc_retry._backends.xds.circuit_breaker import CircuitBreaker
 from grpc_retry._backends.xds.drops import Drops
+from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._backends.xds.retry_budget import ClusterRetryBudget
 from grpc_retry._core import RetryBudget
 
@@ -32,7 +33,11 @@ class ClusterImpl:
         if self.breaker.retired:  # (before the drops: the call routes again, and its new cluster's apply)
             return False
         self.drops.check()
-        return self.breaker.admit()
+        try:
+            return self.breaker.admit()
+        except RouteError:
+            self.drops.uncategorized += 1  # (load reports count circuit-breaker drops without a category)
+            raise
 
     def release(self, _: Any = None) -> None:
         """A call admitted has ended (a done callback's argument, if any, is the call)."""

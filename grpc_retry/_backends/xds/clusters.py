@@ -44,6 +44,7 @@ class Cluster:
     tls: Optional[UpstreamTls]  # what its transport socket asks for (None: plaintext)
     retry_budget: Optional[RetryBudgetSettings] = None  # retry_budget and max_retries (None: neither)
     ring_sizes: Tuple[int, int] = (1024, MAX_RING_SIZE)  # ring_hash: the ring's minimum and maximum size
+    load_reports: bool = False  # its lrs_server is the management server (self): its loads are reported there
 
 
 def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -> Tuple[str, Cluster]:
@@ -69,7 +70,7 @@ def decode(data: bytes, certificate_providers: AbstractSet[str] = frozenset()) -
         errors.add("lrs_server", "ConfigSource is not self")
     errors.raise_if_any()
     return cluster.name, Cluster(cluster.name, kind, eds_name, dns_target, children, policy, max_requests, detection,
-                                 tls, budget, ring_sizes)
+                                 tls, budget, ring_sizes, cluster.HasField("lrs_server"))
 
 
 def _retry_budget(threshold: Any, errors: Errors) -> Optional[RetryBudgetSettings]:

@@ -4,7 +4,7 @@ why a cluster whose localities hold no endpoint has none, in the installed grpci
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, Tuple
 
 import grpc
 
@@ -22,6 +22,13 @@ def shares(localities: Iterable[Any], weights: bool = False) -> Dict[str, float]
         for endpoint in kept:
             endpoints[_target(endpoint.addresses[0])] = locality.weight * endpoint.weight / total
     return endpoints
+
+
+def locality_of(assignment: Any) -> Dict[str, Tuple[str, str, str]]:
+    """Each endpoint's locality (region, zone, sub_zone), by subchannel target (load reports)."""
+    return {_target(endpoint.addresses[0]): (locality.region, locality.zone, locality.sub_zone)
+            for priority in (() if assignment is None else assignment.priorities) for locality in priority
+            for endpoint in locality.endpoints}
 
 
 def empty(eds_name: str, assignment: Any) -> str:

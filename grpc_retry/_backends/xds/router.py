@@ -28,7 +28,8 @@ from grpc_retry._backends.xds.errors import RouteError
 from grpc_retry._backends.xds.fault import Fault, decide
 from grpc_retry._backends.xds.hash_policy import RequestHash
 from grpc_retry._backends.xds.lb_policy import RING_HASH, Replacements, subchannel_policy
-from grpc_retry._backends.xds.localities import empty
+from grpc_retry._backends.xds.load_report import Source
+from grpc_retry._backends.xds.localities import empty, locality_of
 from grpc_retry._backends.xds.priorities import Endpoints, priorities, serving
 from grpc_retry._backends.xds.routes import RetryPolicy as RouteRetryPolicy
 from grpc_retry._config import RetryPolicy
@@ -61,6 +62,8 @@ class _Cluster:
     priorities: Optional[List[Endpoints]] = None
     given: Optional[Endpoints] = None
     empty: str = ""  # why its endpoints, if none, are none (grpcio's words; "": ours)
+    localities: Dict[str, Any] = dataclasses.field(default_factory=dict)  # target -> its locality (LRS)
+    loads: Optional[Source] = None  # what its load reports read (None: it sends none)
 
 
 class XdsRouter:
@@ -220,6 +223,7 @@ class XdsRouter:
             entry.admission.breaker.max_requests = cluster.max_requests
             entry.admission.retries.update(cluster.retry_budget)
             entry.admission.drops.categories = () if assignment is None else assignment.drops
+            self._report(name, entry, cluster, assignment)
             if cluster.kind == "EDS":
                 entry.priorities = priorities(assignment, made[3] == RING_HASH)
                 entry.empty = empty(cluster.eds_name or name, assignment)
@@ -250,6 +254,27 @@ class XdsRouter:
             self._policies.pop(policy, None)
         self.generation += 1
 
+    def _report(self, name: str, entry: _Cluster, cluster: Any, assignment: Any) -> None:
+        """A cluster whose lrs_server is the management server reports its loads there (load_report.py)."""
+        entry.localities = locality_of(assignment)
+        if cluster.load_reports and entry.loads is None:
+            subchannels = entry.subchannels
+
+            def where(slot: int) -> Any:
+                return entry.localities.get(subchannels.addresses[slot]) if slot < len(subchannels.addresses) \
+                    else None
+            entry.loads = Source(name, cluster.eds_name, subchannels.picker, where, entry.admission.drops)
+            subchannels.picker.loads = True
+            self._client.reporter().add(entry.loads)
+        elif not cluster.load_reports and entry.loads is not None:
+            self._unreport(entry)
+
+    def _unreport(self, entry: _Cluster) -> None:
+        if entry.loads is not None:
+            self._client.reporter().remove(entry.loads)
+            entry.subchannels.picker.loads = False
+            entry.loads = None
+
     def _aggregate(self, name: str, entry: _Cluster, config: XdsConfig, weights: bool) -> None:
         """An aggregate cluster's endpoints: its EDS leaves' priorities, leaf after leaf (A37), so that calls fail
         over from one leaf to the next as from one priority to the next; its error, if its graph has one. (A
@@ -266,6 +291,7 @@ class XdsRouter:
 
     def _retire(self, entry: _Cluster) -> None:
         """No new call goes to `entry`; its subchannels close once its last call in flight has ended."""
+        self._unreport(entry)
         with self._lock:
             self._retired.append(entry)
         entry.admission.retire(lambda: self._close_soon(entry))
@@ -380,6 +406,8 @@ class XdsRouter:
             retired, self._retired = self._retired, []
             self._ready.notify_all()
         _tell_each([waiter for waiter, _ in waiters])  # (the calls waiting for a config end: closed)
+        for entry in list(self._clusters.values()):
+            self._unreport(entry)
         self._watcher.close()
         self._client.release()
         return [subchannels.close(*grace) for subchannels in self.subchannels() + [e.subchannels for e in retired]] \

@@ -20,7 +20,8 @@ class XdsResource:
     load-balancing policy it asks for (e.g. "ring_hash") and the one that serves it ("round_robin" where grpc_retry
     has not the one asked for; ring_hash with its ring's sizes), and the retry budget in force for its calls (its
     circuit breaker's `retry_budget` and `max_retries`; "" for none); for a RouteConfiguration, the hash policies
-    of its routes that have any (gRFC A42: what a ring_hash cluster's calls hash)."""
+    of its routes that have any (gRFC A42: what a ring_hash cluster's calls hash); for a Cluster whose lrs_server is
+    the management server, its load reports (whether the stream is open, reports sent)."""
 
     server: str
     type: str
@@ -34,6 +35,7 @@ class XdsResource:
     lb_policy_in_force: str = ""
     retry_budget: str = ""
     hash_policies: str = ""
+    load_reports: str = ""
 
 
 def xds_status() -> List[XdsResource]:
@@ -121,6 +123,8 @@ def _print(resources: List[XdsResource], errors: dict[str, str]) -> None:
             print(f"{under}lb_policy: {resource.lb_policy}" + (
                 f" (not implemented: {served} serves it)" if served.split(" (")[0] != resource.lb_policy
                 else served[len(resource.lb_policy):]))
+        if resource.load_reports:
+            print(f"{under}load reports: {resource.load_reports}")
         if resource.hash_policies:
             print(f"{under}hash policies: {resource.hash_policies}")
         if resource.retry_budget:
