@@ -163,6 +163,10 @@ class Subchannels:
 
     # -- resolution -------------------------------------------------------------------------------------
 
+    def look_up(self) -> None:
+        """Look the name up now (an xDS aggregate's LOGICAL_DNS leaf: its addresses serve the aggregate)."""
+        self._look_up()
+
     def _look_up(self) -> None:
         """First use (a call waits for a backend, or a connect is asked for): look the name up. Not at creation:
         a channel made and not used stays IDLE, and a name that does not resolve fails the first call no

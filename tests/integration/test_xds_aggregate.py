@@ -11,10 +11,12 @@ import pytest
 
 pytest.importorskip("envoy")
 
+from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2  # noqa: E402
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: E402
 from support.backend import UNARY, Backend  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
-from support.xds_resources import cluster, endpoints, route_config  # noqa: E402
+from support.xds_resources import cluster, endpoints, lb_endpoint, route_config  # noqa: E402
 from test_xds_channels import assign, grpcio_calls, serve  # noqa: E402
 
 
@@ -92,3 +94,20 @@ def test_a_graph_grpc_refuses_fails_its_calls_as_on_grpcio(client: Any, plane: C
     assert (outcome.code.name, outcome.details) == (code, details) == ("UNAVAILABLE", (
         "aggregate cluster dependency graph for a has no leaf clusters" if graph == "cycle"
         else "aggregate cluster graph exceeds max depth"))
+
+
+def test_a_logical_dns_leaf_serves_when_the_eds_leaf_has_no_endpoints(client: Any, plane: ControlPlane,
+                                                                      backends: List[Backend]) -> None:
+    """The aggregate's common form: an EDS cluster first, a DNS name as its fallback. Its EDS leaf has no endpoint:
+    the name's address serves, on both clients."""
+    serve(plane, {"eds": []})
+    plane.set(cluster_pb2.Cluster(name="dns", type=cluster_pb2.Cluster.LOGICAL_DNS, load_assignment=(
+        endpoint_pb2.ClusterLoadAssignment(endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=[
+            lb_endpoint("localhost", backends[0].port)])]))))
+    plane.set(aggregate("agg", ["eds", "dns"]))
+    routed_to(plane, "agg")
+    channel = client.channel("xds:///svc")
+    ours = [channel.unary(UNARY, b"x", timeout=10, wait_for_ready=True).code for _ in range(10)]
+    assert ours == [grpc.StatusCode.OK] * 10
+    assert [code for code, _ in grpcio_calls(plane, [[]] * 10)] == ["OK"] * 10
+    assert len(backends[0].attempts_of(UNARY)) == 20

@@ -14,9 +14,10 @@ pytest.importorskip("envoy")
 
 from envoy.config.cluster.v3 import cluster_pb2  # noqa: E402
 from envoy.config.route.v3 import route_components_pb2  # noqa: E402
+from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import UNARY, Backend, fail  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
-from support.xds_resources import cluster  # noqa: E402
+from support.xds_resources import cluster, endpoints, lb_endpoint  # noqa: E402
 from test_xds_channels import grpcio_calls, route_retries, serve, until  # noqa: E402
 
 import grpc_retry  # noqa: E402
@@ -104,3 +105,28 @@ def test_the_channel_id_keeps_a_channels_calls_on_one_endpoint(client: Any, plan
     for _ in range(10):
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     assert sorted(len(b.attempts_of(UNARY)) for b in backends) == [0, 0, 10]
+
+
+def test_each_endpoints_share_of_the_hashes_is_its_weights(client: Any, plane: ControlPlane,
+                                                          backends: List[Backend]) -> None:
+    """Weights 1, 2 and 5 (EDS load_balancing_weight): 800 calls, each its own header value, land in shares within
+    a few points of 1/8, 2/8 and 5/8."""
+    weights = [1, 2, 5]
+
+    def weighted(message: Any) -> None:
+        message.cluster_name = "c1"
+        del message.endpoints[0].lb_endpoints[:]
+        message.endpoints[0].lb_endpoints.extend(
+            lb_endpoint("127.0.0.1", b.port, load_balancing_weight=wrappers_pb2.UInt32Value(value=w))
+            for b, w in zip(backends, weights, strict=True))
+    serve(plane, {"c1": backends}, by_header)
+    plane.set(cluster(lambda c: (setattr(c, "name", "c1"), ring_hash(c))))
+    plane.set(endpoints(weighted))
+    channel = client.channel("xds:///svc")
+    until(lambda: [r.lb_policy for r in grpc_retry.xds_status() if r.type == "Cluster" and r.name == "c1"
+                   and r.server == plane.target], lambda found: found == ["ring_hash"])
+    for k in range(800):
+        assert channel.unary(UNARY, b"x", timeout=10, metadata=[("session", f"v{k}")]).code == grpc.StatusCode.OK
+    shares = [len(b.attempts_of(UNARY)) / 800 for b in backends]
+    for share, weight in zip(shares, weights, strict=True):
+        assert abs(share - weight / 8) < 0.05, shares

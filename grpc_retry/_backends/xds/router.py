@@ -63,6 +63,8 @@ class _Cluster:
     given: Optional[Endpoints] = None
     empty: str = ""  # why its endpoints, if none, are none (grpcio's words; "": ours)
     localities: Dict[str, Any] = dataclasses.field(default_factory=dict)  # target -> its locality (LRS)
+    leaves: Set[str] = dataclasses.field(default_factory=set)  # an aggregate's LOGICAL_DNS leaves it watches
+    config: Any = None  # an aggregate's: the config it last took its leaves from
     loads: Optional[Source] = None  # what its load reports read (None: it sends none)
 
 
@@ -200,6 +202,7 @@ class XdsRouter:
     def _apply(self, config: XdsConfig) -> None:
         if self.closed:
             return
+        aggregates: List[Tuple[str, _Cluster]] = []
         for name, cluster in config.clusters.items():
             made = (cluster.kind, cluster.dns_target, cluster.outlier_detection, subchannel_policy(cluster.lb_policy),
                     cluster.ring_sizes)
@@ -229,7 +232,9 @@ class XdsRouter:
                 entry.empty = empty(cluster.eds_name or name, assignment)
                 self._fail_over(name, entry)
             elif cluster.kind == "AGGREGATE":
-                self._aggregate(name, entry, config, made[3] == RING_HASH)
+                aggregates.append((name, entry))
+        for name, entry in aggregates:  # (once each leaf has its entry)
+            self._aggregate(name, entry, config, entry.made[3] == RING_HASH)
         named = config.virtual_host.cluster_names()
         for name, entry in list(self._clusters.items()):
             if name in config.clusters:
@@ -276,18 +281,38 @@ class XdsRouter:
             entry.loads = None
 
     def _aggregate(self, name: str, entry: _Cluster, config: XdsConfig, weights: bool) -> None:
-        """An aggregate cluster's endpoints: its EDS leaves' priorities, leaf after leaf (A37), so that calls fail
-        over from one leaf to the next as from one priority to the next; its error, if its graph has one. (A
-        LOGICAL_DNS leaf gives none here.)"""
+        """An aggregate cluster's endpoints: its leaves' priorities, leaf after leaf (A37), so that calls fail
+        over from one leaf to the next as from one priority to the next; its error, if its graph has one. A
+        LOGICAL_DNS leaf is one priority: the addresses its name resolves to (its own subchannels look it up, and
+        each answer gives the aggregate its endpoints again)."""
+        entry.config = config
         leaves = config.aggregates.get(name)
         if isinstance(leaves, str):
             entry.priorities = None
             entry.subchannels.assign([], leaves)
             return
-        entry.priorities = [endpoints for leaf in leaves or () if config.clusters[leaf].kind == "EDS"
-                            for endpoints in priorities(config.endpoints.get(leaf), weights)]
+        found: List[Endpoints] = []
+        for leaf in leaves or ():
+            if config.clusters[leaf].kind == "EDS":
+                found.extend(priorities(config.endpoints.get(leaf), weights))
+                continue
+            resolver = self._clusters[leaf].subchannels
+            if leaf not in entry.leaves:
+                entry.leaves.add(leaf)
+                resolver.watch(lambda n=name, e=entry: self._resolved(n, e))
+                resolver.look_up()
+            addresses = resolver.live_addresses
+            if addresses:
+                found.append(dict.fromkeys(addresses, 1.0))
+        entry.priorities = found
         entry.empty = ""
         self._fail_over(name, entry)
+
+    def _resolved(self, name: str, entry: _Cluster) -> None:
+        """A LOGICAL_DNS leaf of aggregate `name` changed: the aggregate's endpoints again, if it still stands."""
+        with self._failover:
+            if self._clusters.get(name) is entry and not self.closed:
+                self._aggregate(name, entry, entry.config, entry.made[3] == RING_HASH)
 
     def _retire(self, entry: _Cluster) -> None:
         """No new call goes to `entry`; its subchannels close once its last call in flight has ended."""
