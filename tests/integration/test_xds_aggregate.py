@@ -49,15 +49,20 @@ def routed_to(plane: ControlPlane, name: str) -> None:
     plane.set(route_config(lambda config: setattr(config.virtual_hosts[0].routes[0].route, "cluster", name)))
 
 
+def both_serve(client: Any, plane: ControlPlane, leaves: List[str], calls: int) -> None:
+    """An aggregate "agg" of `leaves`, routed to: `calls` calls through each client all succeed."""
+    plane.set(aggregate("agg", leaves))
+    routed_to(plane, "agg")
+    channel = client.channel("xds:///svc")
+    ours = [channel.unary(UNARY, b"x", timeout=10, wait_for_ready=True).code for _ in range(calls)]
+    assert ours == [grpc.StatusCode.OK] * calls
+    assert [code for code, _ in grpcio_calls(plane, [[]] * calls)] == ["OK"] * calls
+
+
 def test_calls_fail_over_from_a_leaf_with_no_endpoints_to_the_next(client: Any, plane: ControlPlane,
                                                                    backends: List[Backend]) -> None:
     serve(plane, {"empty": [], "full": backends[:2]})
-    plane.set(aggregate("agg", ["empty", "full"]))
-    routed_to(plane, "agg")
-    channel = client.channel("xds:///svc")
-    ours = [channel.unary(UNARY, b"x", timeout=10, wait_for_ready=True).code for _ in range(20)]
-    assert ours == [grpc.StatusCode.OK] * 20
-    assert [code for code, _ in grpcio_calls(plane, [[]] * 20)] == ["OK"] * 20
+    both_serve(client, plane, ["empty", "full"], 20)
     assert sum(len(b.attempts_of(UNARY)) for b in backends[:2]) == 40 and not backends[2].attempts_of(UNARY)
 
 
@@ -104,10 +109,5 @@ def test_a_logical_dns_leaf_serves_when_the_eds_leaf_has_no_endpoints(client: An
     plane.set(cluster_pb2.Cluster(name="dns", type=cluster_pb2.Cluster.LOGICAL_DNS, load_assignment=(
         endpoint_pb2.ClusterLoadAssignment(endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=[
             lb_endpoint("localhost", backends[0].port)])]))))
-    plane.set(aggregate("agg", ["eds", "dns"]))
-    routed_to(plane, "agg")
-    channel = client.channel("xds:///svc")
-    ours = [channel.unary(UNARY, b"x", timeout=10, wait_for_ready=True).code for _ in range(10)]
-    assert ours == [grpc.StatusCode.OK] * 10
-    assert [code for code, _ in grpcio_calls(plane, [[]] * 10)] == ["OK"] * 10
+    both_serve(client, plane, ["eds", "dns"], 10)
     assert len(backends[0].attempts_of(UNARY)) == 20
