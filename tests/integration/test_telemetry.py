@@ -304,7 +304,7 @@ def test_nothing_is_observed_when_nothing_is_on(backend: Backend) -> None:
     with grpc_retry.insecure_channel(backend.target) as ch:
         assert ch._state.telemetry.metrics is None and ch._state.telemetry.tracer is None
         method = ch.unary_unary(UNARY)
-        assert method.observe(method._machine(None, None, True)) is None
+        assert method.observe(method._machine(None, None, True, None)) is None
 
 
 def test_a_provider_option_that_is_not_one_is_refused() -> None:
