@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
 from grpc_retry._backends.xds.errors import Errors
+from grpc_retry._backends.xds.hash_policy import header_value
 from grpc_retry._timer import TIMERS
 
 FAULT = "envoy.extensions.filters.http.fault.v3.HTTPFault"
@@ -83,16 +84,16 @@ def decide(faults: Sequence[Fault], metadata: Optional[Sequence[Tuple[str, Any]]
         code, abort_share = fault.abort_code, fault.abort_share
         if fault.delay_header:
             if delay == 0:
-                millis = _integer(_header(metadata, DELAY_HEADER))
+                millis = _integer(header_value(metadata, DELAY_HEADER))
                 delay = millis / 1000 if millis is not None and millis > 0 else 0.0
-            delay_share = _lowered(delay_share, _header(metadata, DELAY_PERCENT_HEADER))
+            delay_share = _lowered(delay_share, header_value(metadata, DELAY_PERCENT_HEADER))
         if fault.abort_header:
             if code == 0:
-                text = _header(metadata, ABORT_HEADER)
+                text = header_value(metadata, ABORT_HEADER)
                 if text is not None:
                     number = _integer(text)
                     code = number if number is not None and 0 <= number <= 16 else UNKNOWN
-            abort_share = _lowered(abort_share, _header(metadata, ABORT_PERCENT_HEADER))
+            abort_share = _lowered(abort_share, header_value(metadata, ABORT_PERCENT_HEADER))
         delayed = delay > 0 and _drawn(delay_share, rng)
         aborted = code != 0 and _drawn(abort_share, rng)
         if delayed and ACTIVE.enter(fault.max_faults, delay):
@@ -121,11 +122,6 @@ def _integer(text: Optional[str]) -> Optional[int]:
         return int(text.strip())
     except ValueError:
         return None
-
-
-def _header(metadata: Optional[Sequence[Tuple[str, Any]]], name: str) -> Optional[str]:
-    values = [value for key, value in metadata or () if key == name and isinstance(value, str)]
-    return ",".join(values) if values else None
 
 
 def parse(data: bytes, at: str, errors: Errors) -> Optional[Fault]:

@@ -37,7 +37,7 @@ class RequestHash:
         for policy in self.policies:
             new: Optional[int] = channel_id
             if policy.header:
-                text = _header(metadata, policy.header)
+                text = header_value(metadata, policy.header)
                 if text is not None and policy.pattern is not None:
                     text = policy.pattern.sub(policy.substitution, text)
                 new = None if text is None else xxh64(text.encode())
@@ -55,8 +55,9 @@ def describe(request_hash: RequestHash) -> str:
                      + (" (terminal)" if p.terminal else "") for p in request_hash.policies)
 
 
-def _header(metadata: Optional[Sequence[Tuple[str, Any]]], name: str) -> Optional[str]:
-    """The header's value as a route sees it: its values joined with ",", a binary one never, content-type gRPC's."""
+def header_value(metadata: Optional[Sequence[Tuple[str, Any]]], name: str) -> Optional[str]:
+    """A header's value as gRPC's xDS filters see it: its values joined with ",", a binary one's never,
+    content-type gRPC's."""
     if name.endswith("-bin"):
         return None
     if name == "content-type":

@@ -25,8 +25,6 @@ RETRY_S = 1.0  # after a stream that ended, the next one
 _END = object()
 
 LocalityName = Tuple[str, str, str]  # region, zone, sub_zone
-# (per locality: issued, in progress, succeeded, failed; drops by category; drops without one)
-Loads = Tuple[Dict[LocalityName, List[int]], Dict[str, int], int]
 
 
 class Source:
@@ -38,8 +36,9 @@ class Source:
         self.cluster, self.service = cluster, service
         self._picker, self._locality_of, self._drops = picker, locality_of, drops
 
-    def take(self) -> Loads:
-        localities: Dict[LocalityName, List[int]] = {}
+    def take(self, localities: Dict[LocalityName, List[int]]) -> Tuple[Dict[str, int], int]:
+        """Add the loads since the last time to `localities` (issued, in progress, succeeded, failed); the drops
+        since then, by category and without one."""
         for slot, counts in enumerate(self._picker.take_loads()):
             where = self._locality_of(slot)
             if where is None or not any(counts):
@@ -47,8 +46,7 @@ class Source:
             total = localities.setdefault(where, [0, 0, 0, 0])
             for i, count in enumerate(counts):
                 total[i] += count
-        dropped, uncategorized = self._drops.take_dropped()
-        return localities, dropped, uncategorized
+        return self._drops.take_dropped()  # type: ignore[no-any-return]
 
 
 class LoadReporter:
@@ -160,11 +158,7 @@ class LoadReporter:
                                                     load_report_interval=elapsed)
                 localities: Dict[LocalityName, List[int]] = {}
                 for source in found:
-                    taken, dropped, uncategorized = source.take()
-                    for where, counts in taken.items():
-                        total = localities.setdefault(where, [0, 0, 0, 0])
-                        for i, count in enumerate(counts):
-                            total[i] += count
+                    dropped, uncategorized = source.take(localities)
                     for category, count in dropped.items():
                         stat.dropped_requests.add(category=category, dropped_count=count)
                     stat.total_dropped_requests += sum(dropped.values()) + uncategorized
