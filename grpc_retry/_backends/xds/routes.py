@@ -122,6 +122,8 @@ class VirtualHost:
         """The fault configs a call routed by `route` to `cluster` runs: each of the listener's `faults` filters
         (name, config), overridden whole by the weighted cluster's, else the route's, else this host's config
         for that name (A39), and left out where one disables it."""
+        if not faults:  # (most listeners have no fault filter: nothing to look up per call)
+            return ()
         found = []
         weighted = dict(dict(route.cluster_overrides).get(cluster, ()))
         by_route, by_host = dict(route.filter_overrides), dict(self.filter_overrides)
