@@ -17,7 +17,7 @@ from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2 
 from support.backend import UNARY, Backend  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, route_config  # noqa: E402
-from test_xds_channels import assign, grpcio_calls, serve  # noqa: E402
+from test_xds_channels import assign, grpcio_calls, serve, until  # noqa: E402
 
 
 def aggregate(name: str, children: List[str]) -> Any:
@@ -76,13 +76,13 @@ def test_the_first_leaf_with_endpoints_serves_and_the_next_takes_over(client: An
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
     assert len(backends[0].attempts_of(UNARY)) == 5 and not backends[1].attempts_of(UNARY)
     plane.set(endpoints(lambda e: assign(e, "first", [])))  # the first leaf loses its endpoints
-    seen = 0
-    for _ in range(50):
-        channel.unary(UNARY, b"x", timeout=10)
-        seen = len(backends[1].attempts_of(UNARY))
-        if seen:
-            break
-    assert seen and len(backends[0].attempts_of(UNARY)) <= 6
+    (seen,) = until(lambda: [channel.unary(UNARY, b"x", timeout=10) and len(backends[1].attempts_of(UNARY))],
+                    lambda counts: counts[0] > 0)
+    assert seen  # (the update reached the channel: until then the first leaf took the calls)
+    before = len(backends[0].attempts_of(UNARY))
+    for _ in range(5):
+        assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
+    assert len(backends[0].attempts_of(UNARY)) == before and len(backends[1].attempts_of(UNARY)) == seen + 5
 
 
 @pytest.mark.parametrize("graph", ["cycle", "too deep"])
