@@ -49,7 +49,7 @@ class RequestHash:
 
 
 def describe(request_hash: RequestHash) -> str:
-    """What xds-status shows of a route's hash policies, e.g. "header session (terminal), channel id"."""
+    """What xds-status shows of a route's hash policies, e.g. "header x-user (terminal), channel id"."""
     return ", ".join(("channel id" if not p.header else f"header {p.header}"
                       + (f" rewritten {p.pattern.pattern!r} -> {p.substitution!r}" if p.pattern else ""))
                      + (" (terminal)" if p.terminal else "") for p in request_hash.policies)
