@@ -84,7 +84,7 @@ class Method:
         if hedged and kind == "unary_unary" and (self.direct or self.headers_first):
             watch = state.watches.get(method)
             if watch is None:
-                watch = state.watches[method] = HeadersWatch(WATCH_FIRST, WATCH_EVERY)
+                watch = state.watches[method] = HeadersWatch(WATCH_FIRST, WATCH_EVERY * self.ATTEMPTS.watch_spacing)
             self._watch = watch
         self._early_said = False
 

@@ -346,6 +346,8 @@ class SyncAttempts:
     unhedged unary-unary call's are one batch (SyncUnary); a request stream's are grpcio's own calls, their requests
     sent by a worker of the channel's (SyncRequestStream)."""
 
+    watch_spacing = 1  # (headers first costs a second batch)
+
     @staticmethod
     def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
         return kind, False, hedged and kind == "unary_unary"

@@ -342,6 +342,8 @@ class AioAttempts:
     """Every asyncio attempt is grpc_retry's own (AioAttempt): a unary response's made by AioMethod (headers first
     when hedged), a response stream's by AioResponseStream."""
 
+    watch_spacing = 1  # (headers first costs a second batch)
+
     @staticmethod
     def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
         unary_response = kind not in _RESPONSE_STREAMS

@@ -20,7 +20,7 @@ import grpc
 
 from grpc_retry._transport.ends import AttemptState, tell
 from grpc_retry._transport.ends import grpcio_exchange as sync_exchange
-from grpc_retry._transport.portable_aio import AioAttempt, AioAttempts, aio_intercepted
+from grpc_retry._transport.portable_aio import WATCH_SPACING, AioAttempt, AioAttempts, aio_intercepted
 from grpc_retry.sync._status import FinishedCall
 
 Metadata = Tuple[Any, ...]
@@ -59,6 +59,8 @@ _aio_secure_channel = _original(grpc.aio.secure_channel)
 class SyncAttempts:
     """Every non-blocking sync attempt is a SyncAttempt, but a hedged (or timed) unary-unary call's, which show
     their headers before their response (SyncHeadersFirst)."""
+
+    watch_spacing = WATCH_SPACING
 
     @staticmethod
     def shape(kind: str, hedged: bool) -> Tuple[str, bool, bool]:
@@ -144,7 +146,7 @@ class SyncAttempt(_Reported):
     """One non-blocking sync attempt: grpcio's call, its end read into `_state` on a worker thread, then told to
     `on_end(self)`. Iterated, it reads the response stream."""
 
-    __slots__ = ("_unary_response", "_workers", "_on_end", "_ended")
+    __slots__ = ("_unary_response", "_workers", "_on_end", "_ended", "_running")
 
     def __init__(self, call: Any, unary_response: bool, workers: Any,
                  on_end: Optional[Callable[[Any], None]]) -> None:
@@ -153,21 +155,26 @@ class SyncAttempt(_Reported):
         self._unary_response = unary_response
         self._workers = workers
         self._on_end: Optional[Callable[[Any], None]] = on_end
-        self._ended = threading.Event()
+        self._ended = False
+        self._running = threading.Lock()  # held until it has ended: wait_end() waits on it (cheaper than an Event)
+        self._running.acquire()
         if not call.add_callback(self._terminated):
             self._terminated()
 
     def _terminated(self) -> None:
-        """grpcio's thread (or the maker's): the call has ended. A unary response that came is read and told here:
-        a terminated call's status, trailing metadata and response are in. Else its end is read where a read may
-        wait (its headers, which grpcio may tell after its status)."""
+        """grpcio's thread (or the maker's): the call has ended. An OK end is read and told here: a terminated
+        call's status, trailing metadata and unary response are in, and the machine wants no headers of an OK end
+        (they are read when the application asks). Else its end is read where a read may wait (its headers, which
+        grpcio may tell after its status)."""
         call = self._call
-        if self._unary_response and call.code() is _OK:
-            try:
-                response = call.result()
-            except Exception:  # (read again, and told, by _reported_end)
-                response = None
-            if response is not None:
+        if call.code() is _OK:
+            response = None
+            if self._unary_response:
+                try:
+                    response = call.result()
+                except Exception:  # (read again, and told, by _reported_end)
+                    response = None
+            if response is not None or not self._unary_response:
                 self._read_end(response, False)
                 self._tell_end()
                 return
@@ -183,7 +190,10 @@ class SyncAttempt(_Reported):
         self._tell_end()
 
     def _tell_end(self) -> None:
-        self._ended.set()
+        if self._ended:
+            return
+        self._ended = True
+        self._running.release()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             tell(on_end, self)
@@ -195,15 +205,16 @@ class SyncAttempt(_Reported):
         return next(self._call)  # type: ignore[no-any-return]
 
     def done(self) -> bool:
-        return self._ended.is_set()
+        return self._ended
 
     def wait_headers(self) -> Tuple[Metadata, bool]:
         """Block until the response headers came or the attempt ended: (the headers, whether it has ended)."""
         metadata = tuple(self._call.initial_metadata() or ())
-        return metadata, self._ended.is_set()
+        return metadata, self._ended
 
     def wait_end(self) -> None:
-        self._ended.wait()
+        with self._running:  # (released at once: any number may wait)
+            pass
 
 
 def _elsewhere(workers: Any, task: Callable[[], None], name: str) -> None:

@@ -18,6 +18,10 @@ Status = Tuple[Any, Optional[str], Metadata, Optional[str], Metadata]  # code, d
 class Attempts(Protocol):
     """A transport's maker of attempts for one API (`SYNC`, `AIO`)."""
 
+    # How many times rarer than the core's WATCH_EVERY a watched method's sampled call is (the one whose first
+    # attempt shows its headers first, headerswatch.pyx.pxi): what such an attempt costs on this transport.
+    watch_spacing: int
+
     def shape(self, kind: str, hedged: bool) -> Shape:
         """How a method's attempts are made (Method reads it once)."""
 

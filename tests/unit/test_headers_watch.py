@@ -21,3 +21,27 @@ def test_once_headers_came_ahead_every_first_attempt_shows_them():
     assert watch.first_whole()
     watch.early = True  # (what a call's machine does as it sees headers ahead)
     assert not any(watch.first_whole() for _ in range(4 * WATCH_EVERY))
+
+
+def test_a_hedged_method_samples_its_calls_as_rarely_as_its_transport_prices_headers_first():
+    """A sampled call's first attempt shows its headers first: a second batch on the direct transport, a streaming
+    call of grpcio's on the portable one, which samples 8 times more rarely."""
+    import json
+
+    import grpc_retry
+    from grpc_retry._transport import portable, transport
+
+    assert portable.SYNC.watch_spacing == portable.AIO.watch_spacing == 8
+    spacing = transport.SYNC.watch_spacing
+    every = WATCH_EVERY * spacing
+    config = {"methodConfig": [{"name": [{"service": "s.S"}], "hedgingPolicy": {"maxAttempts": 2,
+                                                                               "hedgingDelay": "1s"}}]}
+    channel = grpc_retry.insecure_channel("127.0.0.1:1", options=[("grpc.service_config", json.dumps(config))])
+    try:
+        method = channel.unary_unary("/s.S/M")
+        whole = [method.first_whole() for _ in range(WATCH_FIRST + 3 * every)]
+    finally:
+        channel.close()
+    watched = [i + 1 for i, one_batch in enumerate(whole) if not one_batch]
+    assert watched == list(range(1, WATCH_FIRST + 1)) + [
+        n for n in range(WATCH_FIRST + 1, len(whole) + 1) if n % every == 0]
