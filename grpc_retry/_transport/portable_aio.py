@@ -105,7 +105,7 @@ class AioAttempt(AioAttemptBase):
     it ended, then its done callbacks. A response stream's messages are read by the driver (read()). Its status
     and headers, its waiters and done callbacks are kept as the direct transport's are (AioAttemptBase)."""
 
-    __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_first", "_told", "refusal")
+    __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_more", "_first", "_told", "refusal")
 
     def __init__(self, call: Any, headers_first: bool, stream: bool, request_stream: bool) -> None:
         super().__init__(call, asyncio.get_running_loop(), request_stream)
@@ -113,6 +113,7 @@ class AioAttempt(AioAttemptBase):
         self._stream = stream
         self._outbox: Deque[Any] = collections.deque()  # a request stream's messages and half-close, to send
         self._sender: Optional[asyncio.Task[None]] = None
+        self._more: Optional[asyncio.Future[None]] = None  # what a writer waiting for the next message awaits
         self._told: Optional[_Status] = None  # the status grpc.aio told first (see _ended)
         self.refusal: Optional[BaseException] = None  # what grpc.aio raised instead of making the call
         # A stream-stream call's first read, started now: the only wait on which grpc.aio raises its refusal of
@@ -123,6 +124,10 @@ class AioAttempt(AioAttemptBase):
             self._first.add_done_callback(_retrieved)
         self._task: Optional[asyncio.Task[None]] = self._loop.create_task(self._follow())
         call.add_done_callback(self._ended)
+        if request_stream and not stream and not headers_first:
+            # A unary response is awaited at once (grpc.aio raises its refusal of the call there): the writer
+            # watches the metadata go out, then sends each message as it comes, to the half-close.
+            self._sender = self._loop.create_task(self._send_all(True))
 
     def _ended(self, call: Any) -> None:
         """grpc.aio set the call's status: it is read now. A write C-core refuses once the call has ended has
@@ -141,13 +146,8 @@ class AioAttempt(AioAttemptBase):
     async def _follow(self) -> None:
         call = self._call
         response: Any = EOF
-        sending: Optional[asyncio.Task[None]] = None
         try:
-            if self._request_stream and not self._stream and not self._headers_first:
-                # A unary response is awaited at once (grpc.aio raises its refusal of the call there); the
-                # metadata's going out is watched beside it.
-                sending = self._loop.create_task(self._until_sent())
-            elif self._first is not None:
+            if self._first is not None:
                 sent = self._loop.create_task(self._until_sent())
                 first = self._first
                 try:
@@ -158,7 +158,7 @@ class AioAttempt(AioAttemptBase):
                 finally:
                     if not sent.done():
                         sent.cancel()
-            elif self._request_stream:
+            elif self._request_stream and (self._stream or self._headers_first):
                 await self._until_sent()
             elif self._headers_first:
                 await call.wait_for_connection()  # (a unary-stream call: it raises grpc.aio's refusal)
@@ -191,9 +191,6 @@ class AioAttempt(AioAttemptBase):
                     self._end(EOF)
                 return
             # else it ended, and grpc.aio failed reading how (a status code it does not know): read below
-        finally:
-            if sending is not None and not sending.done():
-                sending.cancel()
         if self._status is not None:
             return
         status = self._told
@@ -243,24 +240,37 @@ class AioAttempt(AioAttemptBase):
         if self._status is not None:
             return
         self._outbox.append(item)
-        if self._sender is None:
-            self._sender = self._loop.create_task(self._send_all())
+        more = self._more
+        if more is not None:
+            self._more = None
+            more.set_result(None)
+        elif self._sender is None:
+            self._sender = self._loop.create_task(self._send_all(False))
 
-    async def _send_all(self) -> None:
+    async def _send_all(self, whole: bool) -> None:
         """Each message (and the half-close) in order, one at a time: grpc.aio's write() and done_writing() must
-        not overlap."""
+        not overlap. `whole`: first until the metadata went out, and to the half-close (a message not yet
+        written is awaited), else until none is left to send."""
         call = self._call
         try:
-            while self._outbox and self._status is None:
+            if whole:
+                await self._until_sent()
+            while self._status is None:
+                if not self._outbox:
+                    if not whole:
+                        return
+                    self._more = self._loop.create_future()
+                    await self._more
+                    continue
                 item = self._outbox.popleft()
                 try:
                     if item is _HALF_CLOSE:
                         await call.done_writing()
-                    else:
-                        await call.write(item)
+                        return
+                    await call.write(item)
                 except _CALL_OVER:
                     return
-                if item is not _HALF_CLOSE and self._status is None and self.on_written is not None:
+                if self._status is None and self.on_written is not None:
                     self.on_written()
         except Exception:  # a bug (the driver's on_written, say): nobody awaits this task to see it
             _log.exception("grpc_retry: an attempt's writer failed")
@@ -283,6 +293,10 @@ class AioAttempt(AioAttemptBase):
 
     def _end(self, response: Any) -> None:
         self._outbox.clear()
+        sender = self._sender
+        if sender is not None and sender is not asyncio.current_task():
+            sender.cancel()  # (waiting for its metadata to go out, or for a message, neither of which will come)
+        self._sender = self._more = None
         self._tell_end(response)
 
     def read(self) -> Optional[Awaitable[Any]]:
