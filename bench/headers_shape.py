@@ -26,6 +26,14 @@ call of the shape over grpcio's own call it stands for):
   over the stream read alone: how grpcio's public sync API tells a response stream's headers (what stops a
   per-attempt receive timer whether or not the application reads).
 
+And the floor of the portable transport's asyncio client-streaming attempt, on grpc.aio alone (`aio_floors`: CPU
+per call over grpc.aio's call given a request iterator):
+
+- "stream_unary_written": the shape the attempt takes: a stream-unary call made without an iterator, whose two
+  messages and half-close a task writes (`write()`, `done_writing()`) once `wait_for_connection()` returned (the
+  messages are the call's replay buffer's, not the application's iterator), its response awaited by a task of its
+  own (the driver learns of the end whether or not the application awaits).
+
 Prints one JSON object as its last line. Usage: python bench/headers_shape.py [--calls N] [--rounds R]
 """
 
@@ -68,22 +76,28 @@ async def _measure(target: str, calls: int, rounds: int) -> dict:
     shapes = {"unary": unary_call, "unary_stream": unary_stream_call, "two_batches": two_batches_call}
     result: dict = {}
     for inflight in (1, 16):
-        samples: dict = {name: [] for name in shapes}
-        for r in range(rounds):
-            order = list(shapes.items())
-            for name, make in (order if r % 2 == 0 else order[::-1]):
-                async def worker(n, make=make):
-                    for _ in range(n):
-                        await make()
-
-                start = time.process_time()
-                await asyncio.gather(*(worker(calls // inflight) for _ in range(inflight)))
-                samples[name].append((time.process_time() - start) / calls)
+        samples = await _aio_rounds(shapes, calls, rounds, inflight)
         for name in ("unary_stream", "two_batches"):
             result.setdefault(name, {})[str(inflight)] = round(statistics.median(
                 s / u for s, u in zip(samples[name], samples["unary"], strict=True)), 3)
     await channel.close()
     return result
+
+
+async def _aio_rounds(shapes: dict, calls: int, rounds: int, inflight: int) -> dict:
+    """CPU per call of each shape (`calls` a round, `inflight` at once), in rounds of alternating order."""
+    samples: dict = {name: [] for name in shapes}
+    for r in range(rounds):
+        order = list(shapes.items())
+        for name, make in (order if r % 2 == 0 else order[::-1]):
+            async def worker(n, make=make):
+                for _ in range(n):
+                    await make()
+
+            start = time.process_time()
+            await asyncio.gather(*(worker(calls // inflight) for _ in range(inflight)))
+            samples[name].append((time.process_time() - start) / calls)
+    return samples
 
 
 def _sync_measure(target: str, calls: int, rounds: int) -> dict:
@@ -154,6 +168,38 @@ def _sync_floors(target: str, calls: int, rounds: int) -> dict:
     return result
 
 
+async def _aio_floors(target: str, calls: int, rounds: int) -> dict:
+    channel = grpc.aio.insecure_channel(target)
+    client_stream = channel.stream_unary(f"/{SERVICE}/ClientStream")
+    loop = asyncio.get_running_loop()
+
+    async def given_iterator():
+        await client_stream(iter((PAYLOAD, PAYLOAD)))
+
+    async def written():
+        call = client_stream()
+
+        async def send():
+            await call.wait_for_connection()
+            await call.write(PAYLOAD)
+            await call.write(PAYLOAD)
+            await call.done_writing()
+
+        async def follow():
+            return await call
+
+        loop.create_task(send())
+        await loop.create_task(follow())
+
+    result: dict = {}
+    for inflight in (1, 16, 128):
+        samples = await _aio_rounds({"base": given_iterator, "shape": written}, calls, rounds, inflight)
+        result.setdefault("stream_unary_written", {})[str(inflight)] = round(statistics.median(
+            s / b for s, b in zip(samples["shape"], samples["base"], strict=True)), 3)
+    await channel.close()
+    return result
+
+
 def _rss_kib() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * 4
@@ -192,9 +238,11 @@ def main(argv=None) -> dict:
         ratios = asyncio.run(_measure(target, args.calls, args.rounds))
         sync = _sync_measure(target, args.calls, args.rounds)
         floors = _sync_floors(target, args.calls, args.rounds)
+        aio_floors = asyncio.run(_aio_floors(target, args.calls, args.rounds))
     finally:
         process.kill()
-    result = {"grpcio": grpc.__version__, "over_unary": ratios, "sync_over_blocking": sync, "sync_floors": floors}
+    result = {"grpcio": grpc.__version__, "over_unary": ratios, "sync_over_blocking": sync, "sync_floors": floors,
+              "aio_floors": aio_floors}
     print(json.dumps(result))
     return result
 
