@@ -293,10 +293,13 @@ class AioAttempt(AioAttemptBase):
 
     def _end(self, response: Any) -> None:
         self._outbox.clear()
+        more, self._more = self._more, None
         sender = self._sender
-        if sender is not None and sender is not asyncio.current_task():
-            sender.cancel()  # (waiting for its metadata to go out, or for a message, neither of which will come)
-        self._sender = self._more = None
+        if more is not None:
+            if not more.done():  # (else cancelled with its writer)
+                more.set_result(None)  # (its writer, waiting for a message, sees the end and stops)
+        elif not self.sent and sender is not None and sender is not asyncio.current_task():
+            sender.cancel()  # (waiting for metadata that will never go out: grpc.aio refused the call)
         self._tell_end(response)
 
     def read(self) -> Optional[Awaitable[Any]]:

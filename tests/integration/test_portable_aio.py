@@ -76,3 +76,51 @@ def test_a_request_stream_whose_written_callback_fails_ends_internal_and_says_wh
     assert out["attempts"] <= 1  # INTERNAL is not retryable: no attempt follows (the one may be cancelled unseen)
     failures = [exc for _, exc in out["logged"] if exc is not None]
     assert failures == ["RuntimeError(\"a bug in the driver's callback\")"]
+
+
+# A client-streaming call whose server answers after the first request, while the application's iterator waits
+# for a second that never comes. Prints the call's code and the tasks left once it ended.
+_ANSWERED_MID_STREAM = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+import grpc_retry.aio
+from grpc_retry import _transport
+from support.backend import CLIENT_STREAM, Backend, Step
+from support.clients import retry_options
+
+def others():
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()
+            and "_watch_loop" not in getattr(task.get_coro(), "__qualname__", "")}
+
+async def main(backend):
+    backend.script(CLIENT_STREAM, Step(read=1))
+    never = asyncio.Event()
+
+    async def requests():
+        yield b"a"
+        await never.wait()
+        yield b"b"
+
+    async with grpc_retry.aio.insecure_channel(backend.target, options=retry_options()) as ch:
+        before = others()
+        code = await asyncio.wait_for(ch.stream_unary(CLIENT_STREAM)(requests(), timeout=5).code(), 5)
+        left = others() - before
+        if left:  # (grpc.aio's own task for the attempt ends a loop turn or two after its status)
+            await asyncio.wait(left, timeout=2)
+            left = others() - before
+        return code.name, sorted(getattr(task.get_coro(), "__qualname__", "?") for task in left)
+
+backend = Backend()
+try:
+    code, left = asyncio.run(main(backend))
+finally:
+    backend.stop()
+print(json.dumps({"transport": _transport.NAME, "code": code, "left": left}))
+"""
+
+
+def test_a_client_stream_answered_before_its_requests_end_leaves_no_writer_waiting():
+    """The attempt's writer waits for the next request; the attempt's end stops it, with the call."""
+    out = _run(_ANSWERED_MID_STREAM)
+    assert (out["transport"], out["code"]) == ("portable", "OK")
+    assert out["left"] == []
