@@ -123,7 +123,13 @@ def test_a_server_without_the_health_service_is_healthy_and_logged_once(client, 
             assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
         wait_until(lambda: any("UNIMPLEMENTED" in r.getMessage() for r in caplog.records), timeout=5)
         assert sum("UNIMPLEMENTED" in r.getMessage() for r in caplog.records) == 1
-        assert all(len(b.attempts_of(UNARY)) > 0 for b in backends)
+
+        def both_served() -> bool:
+            assert channel.unary(UNARY, b"x", timeout=5).code == grpc.StatusCode.OK
+            return all(len(b.attempts_of(UNARY)) > 0 for b in backends)
+        # (round_robin serves the backends that are ready: the second may still be connecting at first)
+        wait_until(both_served, timeout=5)
+        assert sum("UNIMPLEMENTED" in r.getMessage() for r in caplog.records) == 1
         channel.close()
     finally:
         for backend in backends:
