@@ -109,8 +109,9 @@ def test_the_channel_id_keeps_a_channels_calls_on_one_endpoint(client: Any, plan
 
 def test_each_endpoints_share_of_the_hashes_is_its_weights(client: Any, plane: ControlPlane,
                                                           backends: List[Backend]) -> None:
-    """Weights 1, 2 and 5 (EDS load_balancing_weight): 800 calls, each its own header value, land in shares within
-    a few points of 1/8, 2/8 and 5/8."""
+    """Weights 1, 2 and 5 (EDS load_balancing_weight): 800 calls, each its own header value, reach the endpoints
+    grpcio's client sends them to, in shares near 1/8, 2/8 and 5/8 (the ring's arcs and the sample both vary with
+    the endpoints' ports: a few points either way)."""
     weights = [1, 2, 5]
 
     def weighted(message: Any) -> None:
@@ -125,8 +126,13 @@ def test_each_endpoints_share_of_the_hashes_is_its_weights(client: Any, plane: C
     channel = client.channel("xds:///svc")
     until(lambda: [r.lb_policy for r in grpc_retry.xds_status() if r.type == "Cluster" and r.name == "c1"
                    and r.server == plane.target], lambda found: found == ["ring_hash"])
-    for k in range(800):
-        assert channel.unary(UNARY, b"x", timeout=10, metadata=[("session", f"v{k}")]).code == grpc.StatusCode.OK
-    shares = [len(b.attempts_of(UNARY)) / 800 for b in backends]
+    calls = [[["session", f"v{k}"]] for k in range(800)]
+    for metadata in calls:
+        assert channel.unary(UNARY, b"x", timeout=10, metadata=metadata).code == grpc.StatusCode.OK
+    ours = reached(backends, [0] * len(backends))
+    counts = [len(b.attempts_of(UNARY)) for b in backends]
+    assert all(code == "OK" for code, _ in grpcio_calls(plane, calls))
+    assert ours == reached(backends, counts)
+    shares = [n / 800 for n in counts]
     for share, weight in zip(shares, weights, strict=True):
-        assert abs(share - weight / 8) < 0.05, shares
+        assert abs(share - weight / 8) < 0.1, shares
