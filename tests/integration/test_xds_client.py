@@ -233,9 +233,20 @@ def test_one_stream_per_server_for_every_user(plane: ControlPlane) -> None:
     finally:
         for client in clients:
             client.release()
-    threads = [clients[0]._thread, *clients[0]._writers]
-    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
+    threads = [clients[0]._thread, clients[0]._follower, *clients[0]._writers]
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)
     plane.wait_for(lambda: not plane._streams, what="the stream closed with its last user")
+
+
+def test_a_client_closed_as_its_channel_connects_leaves_no_thread_failing(plane: ControlPlane) -> None:
+    """Closed at any moment of its channel's connection, its channel's state is no longer watched once the channel
+    closes: a thread that watched it then would fail, with a traceback on stderr (pytest fails the test)."""
+    bootstrap = parse(plane.bootstrap("brief"))
+    for k in range(20):
+        client = XdsClient(bootstrap.xds_servers[0], bootstrap.node)
+        time.sleep(k / 2000)
+        client.close()
+        assert not client._follower.is_alive()
 
 
 def test_an_unreachable_server_is_an_error_for_its_watchers() -> None:

@@ -35,6 +35,7 @@ from grpc_retry._backends.xds.resources import CLUSTER, ROUTE_CONFIGURATION, TYP
 from grpc_retry._backends.xds.upstream_tls import describe
 from grpc_retry._core import RING_SIZE_CAP
 from grpc_retry._timer import TIMERS
+from grpc_retry._transport import transport as internals
 
 log = logging.getLogger("grpc_retry")
 
@@ -44,6 +45,8 @@ BACKOFF = (1.0, 1.6, 120.0, 0.2)  # initial, multiplier, cap, jitter: gRPC's con
 RECONNECT_MAX_S = 0.5  # the channel's reconnect backoff, at most (before grpcio's 20% jitter)
 _CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", int(RECONNECT_MAX_S * 500)),
                     ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1000)))
+_FOLLOW_S = 0.2  # how long the follower waits for a change before it looks whether the client closed
+_STATES = {state.value[0]: state for state in grpc.ChannelConnectivity}
 _RESOURCE_WRAPPER = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 _END = object()
 
@@ -122,10 +125,14 @@ class XdsClient:
         self._told = False  # the live stream's watchers heard that its channel cannot connect
         self._state = grpc.ChannelConnectivity.IDLE  # the channel's, last told
         self._channel = channel if channel is not None else _channel_to(server)
-        self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self._reporter: Optional[LoadReporter] = None  # its LRS stream's, once a cluster reports here
         self._thread = threading.Thread(target=self._run, name=f"grpc_retry-xds-{server.server_uri}", daemon=True)
         self._thread.start()
+        # (A thread of its own rather than grpcio's subscribe(): close() knows it has stopped watching before it
+        # closes the channel, where grpcio's watcher can still be on its way to a closed channel, and fail there.)
+        self._follower = threading.Thread(target=self._follow, name=f"grpc_retry-xds-{server.server_uri}-state",
+                                          daemon=True)
+        self._follower.start()
 
     @classmethod
     def acquire(cls, server: XdsServer, node: Node, certificate_providers: Iterable[str] = ()) -> XdsClient:
@@ -217,8 +224,9 @@ class XdsClient:
             self._thread.join(5)
         for writer in list(self._writers):  # nothing of the stream outlives its client
             writer.join(5)
-        self._channel.unsubscribe(self._on_connectivity)
-        self._channel.close()
+        if threading.current_thread() is not self._follower:
+            self._follower.join(5)
+        internals.close_sync_channel(self._channel)
 
     # -- the stream ---------------------------------------------------------------------------------------------
 
@@ -273,9 +281,21 @@ class XdsClient:
             self._wake.wait(delay)
             self._wake.clear()
 
+    def _follow(self) -> None:
+        """(Its own thread, until close.) Tell _on_connectivity the channel's state, then each change of it, having
+        started its connection."""
+        state = internals.sync_connectivity(self._channel, True)
+        while True:
+            self._on_connectivity(_STATES[state])  # (which may close the client)
+            while not self._closed and not internals.sync_watch_connectivity(self._channel, state, _FOLLOW_S):
+                pass
+            if self._closed:
+                return
+            state = internals.sync_connectivity(self._channel, False)
+
     def _on_connectivity(self, state: grpc.ChannelConnectivity) -> None:
-        """(grpcio's thread.) A channel that fails to connect is an error for the watchers of a stream that has had
-        no response yet, once a stream (the stream itself waits on)."""
+        """(The follower's thread.) A channel that fails to connect is an error for the watchers of a stream that has
+        had no response yet, once a stream (the stream itself waits on)."""
         with self._lock:
             self._state = state
             tell = self._cannot_connect()
@@ -452,9 +472,7 @@ def _run(tell: List[Callable[[], None]]) -> None:
 
 
 def _channel_to(server: XdsServer) -> grpc.Channel:
-    from grpc_retry._transport import transport
-
-    return transport.new_sync_channel(server.server_uri, _CHANNEL_OPTIONS, _credentials(server), None)
+    return internals.new_sync_channel(server.server_uri, _CHANNEL_OPTIONS, _credentials(server), None)
 
 
 def _credentials(server: XdsServer) -> Optional[grpc.ChannelCredentials]:
