@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Callable, Optional, Tuple
@@ -420,12 +421,14 @@ def channelz_subchannels(cid: int) -> Optional[Tuple[bytes, ...]]:
 class _Connectivity:
     """A sync channel's state as grpcio's subscribe() tells it (grpc.ChannelConnectivity's number; IDLE until told)."""
 
-    __slots__ = ("_channel", "_condition", "state", "__weakref__")
+    __slots__ = ("_channel", "_condition", "state", "_connect_asked", "_closed", "__weakref__")
 
     def __init__(self, channel: grpc.Channel, try_to_connect: bool) -> None:
         self._channel = weakref.ref(channel)
         self._condition = threading.Condition()
         self.state = 0
+        self._connect_asked = time.monotonic() if try_to_connect else -1.0  # (when grpcio's watch last was)
+        self._closed = False
         channel.subscribe(self._changed, try_to_connect=try_to_connect)
 
     def _changed(self, connectivity: grpc.ChannelConnectivity) -> None:
@@ -438,13 +441,28 @@ class _Connectivity:
         if channel is None:
             raise ValueError("closed")
         if try_to_connect and self.state == 0:
-            channel.subscribe(_ignored, try_to_connect=True)  # grpcio's watch connects it, within 0.2 s
-            channel.unsubscribe(_ignored)
+            with self._condition:
+                if self._closed:
+                    raise ValueError("closed")
+                self._connect_asked = time.monotonic()
+                channel.subscribe(_ignored, try_to_connect=True)  # grpcio's watch connects it, within 0.2 s
+                channel.unsubscribe(_ignored)
         return self.state
+
+    def close(self, channel: grpc.Channel) -> float:
+        """Stop following the channel (read() raises from now on): how long to let grpcio's watch come round
+        before the channel closes, if a connection was asked for."""
+        with self._condition:
+            self._closed = True
+            channel.unsubscribe(self._changed)
+            return self._connect_asked + _WATCH_ROUND - time.monotonic()
 
     def wait(self, last: int, timeout: float) -> bool:
         with self._condition:
             return self._condition.wait_for(lambda: self.state != last, timeout)
+
+
+_WATCH_ROUND = 0.3  # grpcio's connectivity watch of a channel wakes at least this often (every 0.2 s), and acts
 
 
 def _ignored(_: Any) -> None:
@@ -488,16 +506,22 @@ def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
 
 
 def close_sync_channel(channel: grpc.Channel) -> None:
-    """Close a subchannel: its calls are cancelled at once; the rest, which waits for grpcio's connectivity watch of
-    it to come round (up to 0.2 s), goes on aside."""
+    """Close a subchannel, aside: grpcio's close waits for its connectivity watch to come round (up to 0.2 s). A
+    connection asked for within that time is first let reach the watch: once closed, it would fail there, on
+    grpcio's thread, with a traceback."""
     with _CONNECTIVITY_LOCK:
         connectivity = _CONNECTIVITY.pop(channel, None)
         _CLOSED.add(channel)
     if connectivity is None:
         channel.close()
         return
-    channel.unsubscribe(connectivity._changed)
-    threading.Thread(target=channel.close, name="grpc_retry-close", daemon=True).start()
+    wait = connectivity.close(channel)
+
+    def close() -> None:
+        if wait > 0:
+            time.sleep(wait)
+        channel.close()
+    threading.Thread(target=close, name="grpc_retry-close", daemon=True).start()
 
 
 # -- asyncio subchannels ----------------------------------------------------------------------------------------
