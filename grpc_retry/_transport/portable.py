@@ -462,7 +462,7 @@ class _Connectivity:
             return self._condition.wait_for(lambda: self.state != last, timeout)
 
 
-_WATCH_ROUND = 0.3  # grpcio's connectivity watch of a channel wakes at least this often (every 0.2 s), and acts
+_WATCH_ROUND = 0.5  # grpcio's connectivity watch of a channel wakes every 0.2 s, then acts once it has the GIL
 
 
 def _ignored(_: Any) -> None:
@@ -507,8 +507,8 @@ def sync_watch_connectivity(channel: Any, last: int, timeout: float) -> bool:
 
 def close_sync_channel(channel: grpc.Channel) -> None:
     """Close a subchannel, aside: grpcio's close waits for its connectivity watch to come round (up to 0.2 s). A
-    connection asked for within that time is first let reach the watch: once closed, it would fail there, on
-    grpcio's thread, with a traceback."""
+    connection asked for lately is first let reach the watch (_WATCH_ROUND): once closed, the watch would fail
+    there, on grpcio's thread, with a traceback."""
     with _CONNECTIVITY_LOCK:
         connectivity = _CONNECTIVITY.pop(channel, None)
         _CLOSED.add(channel)
