@@ -427,7 +427,8 @@ class _Connectivity:
         self._channel = weakref.ref(channel)
         self._condition = threading.Condition()
         self.state = 0
-        self._connect_asked = time.monotonic() if try_to_connect else -1.0  # (when grpcio's watch last was)
+        # When grpcio's watch was last asked to connect the channel (monotonic).
+        self._connect_asked = time.monotonic() if try_to_connect else -1.0
         self._closed = False
         channel.subscribe(self._changed, try_to_connect=try_to_connect)
 
