@@ -261,6 +261,21 @@ def test_an_unreachable_server_is_an_error_for_its_watchers() -> None:
         client.close()
 
 
+def test_a_watch_begun_after_the_server_failed_hears_of_it_at_once() -> None:
+    """A watcher that comes after the others were told the server cannot be reached is told so too (its channel
+    will not say so again), as it is whether it comes before or after the channel's first state."""
+    bootstrap = parse('{"xds_servers": [{"server_uri": "127.0.0.1:1", "channel_creds": [{"type": "insecure"}]}]}')
+    client = XdsClient(bootstrap.xds_servers[0], bootstrap.node)
+    first, later = Recorder(), Recorder()
+    try:
+        client.watch(resources.LISTENER, "svc", first)
+        told = first.wait(1)[0]
+        client.watch(resources.LISTENER, "other", later)
+        assert later.wait(1, timeout=1.0)[0] == ("error", "other", told[2])
+    finally:
+        client.close()
+
+
 def test_a_management_server_behind_tls(tmp_path: Any) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",

@@ -123,6 +123,7 @@ class XdsClient:
         self._responded = False  # the live stream has given a response
         self._first = True  # the next request is its stream's first (it carries the node)
         self._told = False  # the live stream's watchers heard that its channel cannot connect
+        self._failure: Optional[str] = None  # what the watchers were last told of the server, until it responds
         self._state = grpc.ChannelConnectivity.IDLE  # the channel's, last told
         self._channel = channel if channel is not None else _channel_to(server)
         self._reporter: Optional[LoadReporter] = None  # its LRS stream's, once a cluster reports here
@@ -171,6 +172,8 @@ class XdsClient:
                 tell.append(lambda: watcher.on_resource(name, resource.value))
             elif resource.status == DOES_NOT_EXIST:
                 tell.append(lambda: watcher.on_does_not_exist(name))
+            elif self._failure is not None:  # (as the watchers before it were told)
+                tell.append(_bound(watcher.on_error, name, self._failure))
         _run(tell)
 
     def unwatch(self, kind: ResourceType, name: str, watcher: Watcher) -> None:
@@ -311,7 +314,7 @@ class XdsClient:
 
     def _errors(self, error: str) -> List[Callable[[], None]]:
         """(Under the lock.) Telling every watcher that the server is not serving them: `error`."""
-        message = f"xDS server {self.server.server_uri}: {error}"
+        message = self._failure = f"xDS server {self.server.server_uri}: {error}"
         return [_bound(w.on_error, name, message) for subscription in self._types.values()
                 for name, resource in subscription.resources.items() for w in resource.watchers]
 
@@ -357,7 +360,7 @@ class XdsClient:
     def _on_response(self, response: Any) -> None:
         tell: List[Callable[[], None]] = []
         with self._lock:
-            self._responded = True
+            self._responded, self._failure = True, None
             subscription = self._types.get(response.type_url)
             kind = TYPES.get(response.type_url)
             if subscription is None or kind is None:  # not asked for: nothing to answer
