@@ -34,6 +34,11 @@ _generate_stubs()
 # naming the test and printing every thread's stack and the most numerous objects.
 _RSS_LIMIT = int(os.environ.get("GRPC_RETRY_TEST_RSS_LIMIT_MB", "4096")) << 20
 _running = ["(between tests)"]
+_capture: list = []  # pytest's capture manager: the guard's report goes past it, to the run's own stderr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _capture.append(config.pluginmanager.getplugin("capturemanager"))
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
@@ -48,6 +53,9 @@ def _rss() -> int:
 def _guard_memory() -> None:
     while _rss() < _RSS_LIMIT:
         time.sleep(0.5)
+    for capture in _capture:
+        if capture is not None:
+            capture.suspend_global_capture(in_=False)
     sys.stderr.write(f"\nmemory guard: the tests' process passed {_RSS_LIMIT >> 20} MiB during {_running[0]}\n")
     faulthandler.dump_traceback(all_threads=True)
     counts = collections.Counter(type(thing).__qualname__ for thing in gc.get_objects())
