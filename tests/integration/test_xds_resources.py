@@ -59,6 +59,9 @@ VARIANTS: List[Tuple[str, Any, bool]] = [
     ("an unknown filter", listener(lambda m: m.http_filters.insert(0, http_filter("x", route_pb2.Vhds()))), False),
     ("an unknown optional filter", listener(lambda m: m.http_filters.insert(0, http_filter("x", route_pb2.Vhds(),
                                                                                           True))), True),
+    ("a filter whose type URL names no type", listener(lambda m: (
+        m.http_filters.insert(0, http_filter("x", fault_pb2.HTTPFault())),
+        setattr(m.http_filters[0].typed_config, "type_url", "no-type"))), False),
     ("two filters of one name", listener(lambda m: m.http_filters.insert(0, http_filter("router",
                                                                                        fault_pb2.HTTPFault()))),
      False),

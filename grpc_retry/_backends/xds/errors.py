@@ -42,6 +42,18 @@ class Errors:
                                             for message in sorted(messages)])
 
 
+def type_name(url: str, at: str, errors: Errors) -> Optional[str]:
+    """The type an Any holds: its URL after the last "/"; None, with the error at `at`, for a URL without a type."""
+    if not url:
+        errors.add(at, "field not present")
+        return None
+    slash = url.rfind("/")
+    if slash < 0 or slash == len(url) - 1:
+        errors.add(at, f'invalid value "{url}"')
+        return None
+    return url[slash + 1:]
+
+
 def parsed(message_class: Any, data: bytes, kind: str) -> Any:
     """A resource's message from its bytes; ResourceError, as gRPC words it, if they are not one."""
     try:
@@ -50,4 +62,4 @@ def parsed(message_class: Any, data: bytes, kind: str) -> Any:
         raise ResourceError(None, [f"Can't parse {kind} resource."]) from None
 
 
-__all__ = ["Errors", "ResourceError", "RouteError", "parsed"]
+__all__ = ["Errors", "ResourceError", "RouteError", "parsed", "type_name"]

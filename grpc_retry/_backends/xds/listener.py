@@ -12,7 +12,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from grpc_retry._backends.xds import fault, routes
-from grpc_retry._backends.xds.errors import Errors, ResourceError, parsed
+from grpc_retry._backends.xds.errors import Errors, ResourceError, parsed, type_name
 
 _PREFIX = "type.googleapis.com/"
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -50,7 +50,7 @@ def decode(data: bytes) -> Tuple[str, Listener]:
     if not listener.api_listener.HasField("api_listener"):
         errors.add(where, "field not present")
         errors.raise_if_any()
-    kind = _type_name(packed.type_url, f"{where}.type_url", errors)
+    kind = type_name(packed.type_url, f"{where}.type_url", errors)
     if kind is None:
         errors.raise_if_any()
     if kind != HCM:
@@ -110,7 +110,7 @@ def _filters(manager: Any, where: str, errors: Errors) -> Tuple[Tuple[str, ...],
         if not http_filter.HasField("typed_config"):
             errors.add(f"{at}.typed_config", "field not present")
             continue
-        kind = _type_name(http_filter.typed_config.type_url, f"{at}.typed_config.type_url", errors)
+        kind = type_name(http_filter.typed_config.type_url, f"{at}.typed_config.type_url", errors)
         if kind is None:
             continue
         if kind in _TYPED_STRUCTS:
@@ -146,15 +146,6 @@ def _filters(manager: Any, where: str, errors: Errors) -> Tuple[Tuple[str, ...],
     return tuple(kept), tuple(faults)
 
 
-def _type_name(url: str, where: str, errors: Errors) -> Optional[str]:
-    if not url:
-        errors.add(where, "field not present")
-        return None
-    slash = url.rfind("/")
-    if slash < 0 or slash == len(url) - 1:
-        errors.add(where, f'invalid value "{url}"')
-        return None
-    return url[slash + 1:]
 
 
 def _struct_type(data: bytes) -> Optional[str]:

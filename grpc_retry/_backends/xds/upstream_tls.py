@@ -16,7 +16,7 @@ from typing import AbstractSet, Any, Optional, Tuple
 import grpc
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
-from grpc_retry._backends.xds.errors import Errors
+from grpc_retry._backends.xds.errors import Errors, type_name
 from grpc_retry._version import grpcio_minor
 
 UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -132,15 +132,8 @@ def _extension(url: str, data: bytes, at: str, errors: Errors) -> Tuple[Optional
 
 
 def _type_name(url: str, at: str, errors: Errors) -> Optional[str]:
-    """An Any's type: its URL after the last "/" (a URL without one is an error, and the whole URL the type)."""
-    if not url:
-        errors.add(at, "field not present")
-        return None
-    slash = url.rfind("/")
-    if slash < 0 or slash == len(url) - 1:
-        errors.add(at, f'invalid value "{url}"')
-        return url
-    return url[slash + 1:]
+    """As type_name(), but a URL without a type is that whole URL's (the error said), as the core reads it here."""
+    return type_name(url, at, errors) or url or None
 
 
 def _common(common: Any, at: str, providers: AbstractSet[str], errors: Errors) -> _Common:
