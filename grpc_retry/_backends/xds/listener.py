@@ -146,8 +146,6 @@ def _filters(manager: Any, where: str, errors: Errors) -> Tuple[Tuple[str, ...],
     return tuple(kept), tuple(faults)
 
 
-
-
 def _struct_type(data: bytes) -> Optional[str]:
     """The type a TypedStruct stands for."""
     from xds.type.v3 import typed_struct_pb2
