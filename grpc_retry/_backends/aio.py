@@ -17,6 +17,9 @@ from grpc_retry._transport import transport as internals
 # How long close() waits for its subchannels' watches to see their channels closed: they do within milliseconds
 # (a call still in C-core would keep its channel open there; close() has ended every call by then).
 WATCHES_END = 0.05
+# The loop's turns a name's first failure waits after FAILURE_NO_SOONER (grpc.aio's reaches a stream call ~20 turns
+# after its answer).
+FAILURE_TURNS = 20
 
 
 class AioSubchannels(Subchannels):
@@ -34,6 +37,21 @@ class AioSubchannels(Subchannels):
     def _schedule(self, delay: float, callback: Callable[[], None]) -> Any:
         assert self._loop is not None
         return self._loop.call_later(delay, callback)  # started from the channel's first call: on its loop
+
+    def _hold_failure(self, early: float, apply: Callable[[], None]) -> bool:
+        # Then FAILURE_TURNS turns of the loop more: after a stall (a collection, a busy machine) the work it held up
+        # goes first, as on grpc.aio, whose failure reaches a call through its completion queue and the call's
+        # tasks: a write just after the call began still finds it running.
+        assert self._loop is not None
+        loop = self._loop
+
+        def turn(left: int) -> None:
+            if left:
+                loop.call_soon(turn, left - 1)
+            else:
+                apply()
+        loop.call_later(max(early, 0.0), turn, FAILURE_TURNS)
+        return True
 
     def _make_channel(self, address: str) -> Any:
         return internals.new_aio_channel(address, self._options, self._credentials, self._compression)

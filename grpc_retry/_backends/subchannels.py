@@ -52,8 +52,6 @@ CONNECT_PAUSE = 0.001
 # can refuse a name within microseconds (or a lookup shared with another channel can be ending), where grpcio's
 # channel asks a DNS server through its event engine (3-19 ms, ~12 at the median, for grpc.aio here): a call
 # cancelled or written to right after it began must find itself still running, as on grpcio, not failed already.
-# (At 5 ms, a loaded machine's interceptor chain wrote to such a call too late in ~1 run in 6 of the drop-in
-# scenario `unresolvable_name`.)
 FAILURE_NO_SOONER = 0.02
 SCHEDULE_SIZE = 4096  # the longest weighted schedule (slots by weight): finer weights are rounded
 
@@ -215,11 +213,10 @@ class Subchannels:
                 self.picker.set_schedule(schedule([(slot, weights[address]) for (address, _), slot
                                                    in self._slot_of.items() if address in weights]))
 
-    def _apply(self, addresses: List[str], error: Optional[str]) -> None:
-        if error and not self.resolved:
+    def _apply(self, addresses: List[str], error: Optional[str], held: bool = False) -> None:
+        if error and not self.resolved and not held:
             early = self._used_at + FAILURE_NO_SOONER - monotonic()
-            if early > 0:
-                self._schedule(early, lambda: self._apply(addresses, error))
+            if self._hold_failure(early, lambda: self._apply(addresses, error, True)):
                 return
         new: List[int] = []
         with self._lock:
@@ -566,6 +563,14 @@ class Subchannels:
     def _schedule(self, delay: float, callback: Callable[[], None]) -> Any:
         """Run `callback` in `delay` seconds where this flavor acts (a handle with cancel())."""
         raise NotImplementedError
+
+    def _hold_failure(self, early: float, apply: Callable[[], None]) -> bool:
+        """Whether the name's first failure waits (`apply` runs when it is due): `early` seconds are left of
+        FAILURE_NO_SOONER."""
+        if early <= 0:
+            return False
+        self._schedule(early, apply)
+        return True
 
     def _closed_error(self) -> Exception:
         return ValueError("Cannot invoke RPC on closed channel!")

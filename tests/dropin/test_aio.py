@@ -383,13 +383,20 @@ async def _until(channel: Any, state: grpc.ChannelConnectivity) -> bool:
 
 
 class _WrappingRequests(aio.StreamUnaryClientInterceptor, aio.StreamStreamClientInterceptor):
-    """Passes the call on with its requests read through a generator of its own (grpc's interceptor tests' shape)."""
+    """Passes the call on with its requests read through a generator of its own (grpc's interceptor tests' shape);
+    with `stall`, then holds the loop that long on its next turn (a collection, a busy machine)."""
+
+    def __init__(self, stall: float = 0.0) -> None:
+        self._stall = stall
 
     async def _wrapped(self, continuation, details, requests):
         async def relay():
             async for request in requests:
                 yield request
-        return await continuation(details, relay())
+        call = await continuation(details, relay())
+        if self._stall:
+            asyncio.get_running_loop().call_soon(time.sleep, self._stall)
+        return call
 
     async def intercept_stream_unary(self, continuation, details, requests):
         return await self._wrapped(continuation, details, requests)
@@ -401,10 +408,11 @@ class _WrappingRequests(aio.StreamUnaryClientInterceptor, aio.StreamStreamClient
 async def unresolvable_name(make, backend) -> Any:
     """A name that does not resolve: unused, the channel stays IDLE; a stream call's first write waits for its
     headers to go out and raises the call's error; a call cancelled at once, or after one write through an
-    interceptor, ends CANCELLED (the name's failure must not have ended it already: grpc's interceptor tests)."""
+    interceptor, ends CANCELLED (the name's failure must not have ended it already: grpc's interceptor tests),
+    also when the loop stalls past the name's failure just after the call began."""
     seen = []
     for _ in range(5):
-        for interceptors in (None, [_WrappingRequests()]):
+        for interceptors in (None, [_WrappingRequests()], [_WrappingRequests(stall=0.05)]):
             for kind in ("stream_unary", "stream_stream"):
                 # Uncancelled, through an interceptor (writes only queue there), how many writes go in before the
                 # failure comes is a race on grpc.aio too.
