@@ -214,7 +214,8 @@ class Subchannels:
                                                    in self._slot_of.items() if address in weights]))
 
     def _apply(self, addresses: List[str], error: Optional[str], held: bool = False) -> None:
-        if error and not self.resolved and not held:
+        # (Only a name looked up waits: an assignment applies at once, in order, or a later one would be undone.)
+        if error and not self.resolved and not held and self._lookup is not None:
             early = self._used_at + FAILURE_NO_SOONER - monotonic()
             if self._hold_failure(early, lambda: self._apply(addresses, error, True)):
                 return

@@ -5,6 +5,7 @@ here (no grpcio: this is the set's own logic); the churn test at the end runs th
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from typing import Any, Dict, List, Tuple
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from grpc_retry import _transport as transport
-from grpc_retry._backends import SyncSubchannels
+from grpc_retry._backends import AioSubchannels, SyncSubchannels
 from grpc_retry._backends.subchannels import READY, SHUTDOWN, Subchannels
 from grpc_retry._backends.sync import POLLER
+from grpc_retry._backends.target import Target
 from grpc_retry._options import parse_options
 
 POOL = [f"ipv4:10.0.0.{i}:80" for i in range(1, 9)]
@@ -198,3 +200,22 @@ def test_ten_thousand_churn_events_keep_the_set_at_its_live_size() -> None:
         time.sleep(0.05)
     assert POLLER.entries() == 0
 
+
+
+def test_an_asyncio_cluster_keeps_the_endpoints_given_after_none() -> None:
+    """An xDS cluster's endpoints, assigned none (with its error) and then some at once, on asyncio: the later
+    assignment stands. Only a name looked up holds its first failure back; an assignment held back would land
+    over the next one and leave the cluster without endpoints."""
+    async def scenario() -> None:
+        subchannels = AioSubchannels(Target("assigned", "svc", 0, "svc"), parse_options([]), None, None)
+        try:
+            subchannels.assign([], "cluster 'c' has no endpoints")
+            subchannels.assign(["ipv4:127.0.0.1:1"], None)
+            for _ in range(100):  # turns of the loop, past any failure held back
+                await asyncio.sleep(0)
+            assert subchannels.live_addresses == ["ipv4:127.0.0.1:1"]
+            assert subchannels.resolution_error is None
+        finally:
+            await subchannels.close()
+
+    asyncio.run(scenario())
