@@ -39,8 +39,8 @@ class AioSubchannels(Subchannels):
         return self._loop.call_later(delay, callback)  # started from the channel's first call: on its loop
 
     def _hold_failure(self, early: float, apply: Callable[[], None]) -> bool:
-        # Then FAILURE_TURNS turns of the loop more: after a stall (a collection, a busy machine) the work it held up
-        # goes first, as on grpc.aio, whose failure reaches a call through its completion queue and the call's
+        # After FAILURE_NO_SOONER, FAILURE_TURNS turns of the loop: work a stall (a collection, a busy machine) held
+        # up goes first, as on grpc.aio, whose failure reaches a call through its completion queue and the call's
         # tasks: a write just after the call began still finds it running.
         assert self._loop is not None
         loop = self._loop

@@ -50,8 +50,8 @@ CONNECT_STEP = 8
 CONNECT_PAUSE = 0.001
 # A channel whose name does not resolve learns it no sooner than this after its first use. The system's resolver
 # can refuse a name within microseconds (or a lookup shared with another channel can be ending), where grpcio's
-# channel asks a DNS server through its event engine (3-19 ms, ~12 at the median, for grpc.aio here): a call
-# cancelled or written to right after it began must find itself still running, as on grpcio, not failed already.
+# channel asks a DNS server through its event engine: a call cancelled or written to right after it began must find
+# itself still running, as on grpcio, not failed already.
 FAILURE_NO_SOONER = 0.02
 SCHEDULE_SIZE = 4096  # the longest weighted schedule (slots by weight): finer weights are rounded
 

@@ -201,7 +201,6 @@ def test_ten_thousand_churn_events_keep_the_set_at_its_live_size() -> None:
     assert POLLER.entries() == 0
 
 
-
 def test_an_asyncio_cluster_keeps_the_endpoints_given_after_none() -> None:
     """An xDS cluster's endpoints, assigned none (with its error) and then some at once, on asyncio: the later
     assignment stands. Only a name looked up holds its first failure back; an assignment held back would land
