@@ -213,12 +213,15 @@ class Subchannels:
                 self.picker.set_schedule(schedule([(slot, weights[address]) for (address, _), slot
                                                    in self._slot_of.items() if address in weights]))
 
-    def _apply(self, addresses: List[str], error: Optional[str], held: bool = False) -> None:
+    def _apply(self, addresses: List[str], error: Optional[str]) -> None:
         # (Only a name looked up waits: an assignment applies at once, in order, or a later one would be undone.)
-        if error and not self.resolved and not held and self._lookup is not None:
+        if error and not self.resolved and self._lookup is not None:
             early = self._used_at + FAILURE_NO_SOONER - monotonic()
-            if self._hold_failure(early, lambda: self._apply(addresses, error, True)):
+            if self._hold_failure(early, lambda: self._apply_now(addresses, error)):
                 return
+        self._apply_now(addresses, error)
+
+    def _apply_now(self, addresses: List[str], error: Optional[str]) -> None:
         new: List[int] = []
         with self._lock:
             if self.closed:
