@@ -12,6 +12,7 @@ from libc.math cimport INFINITY
 from libc.string cimport memcmp
 
 include "status.pxi"
+include "actions.pyx.pxi"
 include "throttle.pyx.pxi"
 include "budget.pyx.pxi"
 include "buffer.pyx.pxi"
@@ -23,4 +24,8 @@ include "retryinfo.pyx.pxi"
 include "ring.pyx.pxi"
 include "picker.pyx.pxi"
 include "machine.pyx.pxi"
+include "attempts.pyx.pxi"
+include "answers.pyx.pxi"
+include "transparent.pyx.pxi"
+include "end.pyx.pxi"
 include "tracecontext.pyx.pxi"

@@ -123,3 +123,27 @@ cdef class RetryBudget:
                     f"{self.min_count}, at most {self.max_in_flight}; {self.retries_in_flight} retries in flight)")
         return (f"RetryBudget(rate: {self.percent:g}% of calls over {self.interval:g}s, at least {self.min_count} "
                 f"per {self.min_interval:g}s; {self._retries.total} retries for {self._calls.total} calls)")
+
+
+# The call machine's use of its target's budget: each retry or hedge asks, and is in flight until it ends.
+
+cdef bint _budget_refuses(CallMachine self, double now) except -1:
+    """A retry is decided, or a hedge is due: whether the retry budget refuses it (the call then goes on with
+    the attempts it has, and ends with the last one's status). Else it counts it."""
+    if self.budget is None:
+        return False
+    if self.budget.try_retry(now):
+        self._budget_held += 1
+        return False
+    self._stopped = True
+    self._stop_reason = R_RETRY_BUDGET
+    self.policy.stats.record_budget_refusal()
+    if self.notes is not None:
+        self.notes.append((NOTE_STOP, R_RETRY_BUDGET, -1.0))
+    return True
+
+
+cdef void _budget_release(CallMachine self, _Attempt a):
+    a.budgeted = False
+    self._budget_held -= 1
+    self.budget.retry_ended()

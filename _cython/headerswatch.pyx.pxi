@@ -5,7 +5,7 @@
 # A6 commits a hedged call on response headers, and while the first attempt is out alone nothing waits on them but
 # the next hedge's timer. Servers send a unary response's headers with it (A6 asks them to, unless the application
 # sends them early): one batch then decides as the headers would have. A server that sends them well ahead
-# (_EARLY_HEADERS, machine.pyx.pxi) would see a hedge go out that its headers should have stopped; so the method's
+# (_EARLY_HEADERS, answers.pyx.pxi) would see a hedge go out that its headers should have stopped; so the method's
 # first WATCH_FIRST calls, one in every WATCH_EVERY after, and every hedge show their headers first, and once a
 # call's machine sees headers sent ahead (`headers_ahead`), every first attempt does from then on.
 

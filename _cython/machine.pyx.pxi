@@ -38,39 +38,15 @@
 # `timer` only while one is armed, `subchannels_changed` only while waiting. The driver drops what arrives late
 # (an attempt the machine cancelled, a timer it disarmed): such an event is a driver bug here, and raises.
 #
-# Actions: (START, n, address, previous)  start attempt n on that address, with that metadata count
-#          (WRITE, n, k, data)            write message k (its bytes) to attempt n; answer with wrote(n)
-#          (HALF_CLOSE, n)                no more messages for attempt n
-#          (CANCEL, n)                    cancel attempt n; it is over for the machine: report nothing more of it
-#          (COMMIT, n)                    attempt n carries the call: pass its reads straight to the application
-#          (TIMER, at)                    arm the call's one timer for monotonic time `at` (inf: disarm)
-#          (WAIT, generation)             call subchannels_changed() at the first change after that generation
-#          (UNWAIT,)                      forget that wait
-#          (DELIVER, n)                   the call ends with attempt n's result (its status, metadata, response)
-#          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address,
-#                                         the last attempt's perAttemptRecvTimeout: then `recv_timeout_ended`)
-# DELIVER and END come last, once per call, after the CANCELs of whatever was still live.
-#
-# Notes: when the driver sets `notes` to a list (telemetry is on), the machine appends what it decided and why, for
-# the trace log, spans and metrics; when it is None (the default) the machine spends one test per decision on it.
-#   (NOTE_START, n, address, previous, why, after)  attempt n started; why: ORIGINAL, RETRY, HEDGE or TRANSPARENT;
-#                                                   after: seconds since the call's previous attempt started
-#   (NOTE_STATUS, n, code)                          attempt n ended with that status
-#   (NOTE_BACKOFF, n, delay, next, max)             the next attempt (number `next` of `max`) in `delay` seconds
-#   (NOTE_HEDGE_NOW, n)                             a non-fatal status brought the next hedge forward
-#   (NOTE_TRANSPARENT, n, kind)                     attempt n goes again transparently (NOT_SENT, REFUSED)
-#   (NOTE_COMMIT, n, cause)                         attempt n carries the call; cause: COMMIT_ANSWER, COMMIT_OVERFLOW
-#   (NOTE_STOP, reason, value)                      no further attempt: throttled (value: tokens), pushback,
-#                                                   hedge budget
-#   (NOTE_END, reason, code, n)                     the call ended: with a status no server sent (its code), or
-#                                                   with attempt n's (code -1)
-#   (NOTE_RECV_TIMEOUT, n)                          attempt n was cancelled by its perAttemptRecvTimeout
-#   (NOTE_SERVER_DELAY, n, delay, honoured)         attempt n's status carried a RetryInfo delay (seconds)
+# The actions it returns and the notes it takes are listed in actions.pyx.pxi; the attempts it keeps, its replay
+# buffer, transparent retries, answers and per-attempt timers, and how a call ends, in the files named for them.
 
 from libc.math cimport INFINITY
 
+
 class MachineError(RuntimeError):
     """An event that is impossible in the call's current state (a driver bug)."""
+
 
 cdef enum:
     IDLE = 0
@@ -82,66 +58,9 @@ cdef enum:
 
 STATE_NAMES = ("IDLE", "ATTEMPTING", "BACKOFF", "WAITING", "COMMITTED", "DONE")
 
-cdef enum:
-    A_START = 0
-    A_WRITE = 1
-    A_HALF_CLOSE = 2
-    A_CANCEL = 3
-    A_COMMIT = 4
-    A_TIMER = 5
-    A_WAIT = 6
-    A_UNWAIT = 7
-    A_DELIVER = 8
-    A_END = 9
-    A_FLUSH = 10
-
-START, WRITE, HALF_CLOSE, CANCEL, COMMIT, TIMER, WAIT, UNWAIT, DELIVER, END, FLUSH = range(11)
-ACTION_NAMES = ("START", "WRITE", "HALF_CLOSE", "CANCEL", "COMMIT", "TIMER", "WAIT", "UNWAIT", "DELIVER", "END",
-                "FLUSH")
-
-(NOTE_START, NOTE_STATUS, NOTE_BACKOFF, NOTE_HEDGE_NOW, NOTE_TRANSPARENT, NOTE_COMMIT, NOTE_STOP, NOTE_END,
- NOTE_RECV_TIMEOUT, NOTE_SERVER_DELAY) = range(10)
-ORIGINAL, RETRY, HEDGE, TRANSPARENT = range(4)
-COMMIT_ANSWER, COMMIT_OVERFLOW = range(2)
-
-# Empty response headers are real headers, or a Trailers-Only response whose status is a moment behind them
-# (grpcio can report the first before the second): silence this long after them means real ones.
-cdef double _HEADERS_GRACE = 0.05
-# Headers that commit a call this long before its status were sent ahead of its response (`headers_ahead`).
-cdef double _EARLY_HEADERS = 0.02
-HEADERS_GRACE = _HEADERS_GRACE
-EARLY_HEADERS = _EARLY_HEADERS
-
-# Transparent retries (A6 "Transparent Retries"): attempts the server's application never saw.
-NOT_SENT = 0        # never left the client (no connection): retried while the deadline allows
-REFUSED = 1         # refused by the server (REFUSED_STREAM, GOAWAY): retried once per call
-
-
-cpdef int transparent_kind(int code, details):
-    """NOT_SENT, REFUSED or -1, from an attempt's status as grpcio reports it. grpcio gives Python nothing but
-    the status to tell these apart, so this reads C-core's wording (tests/faults checks it against a real HTTP/2
-    peer)."""
-    if code != STATUS_UNAVAILABLE or not details:
-        return -1
-    if "RST_STREAM with error code 7" in details or "GOAWAY received" in details:
-        return REFUSED
-    # (pick_first's words, on a subchannel; round_robin's and xDS's, on a grpcio channel given a whole target)
-    if details.startswith(("failed to connect to all addresses", "connections to all backends failing")):
-        return NOT_SENT
-    return -1
-
-
-cdef class _Attempt:
-    """One attempt of a call, as the machine keeps it."""
-
-
-cdef class _Redo:
-    """A transparent retry waiting for an address: it stands in for an attempt already counted."""
-
 
 cdef class CallMachine:
     """One logical call. See the theory of operation at the top of this file."""
-
 
     def __init__(self, CallPolicy policy, RetryThrottle throttle, BufferPool pool, Picker picker,
                  long per_rpc_limit, double deadline, rng, bint enabled=True, bint wait_for_ready=False,
@@ -193,7 +112,7 @@ cdef class CallMachine:
             self.budget.call_started(now)
         out = []
         if request is not None:
-            self._buffer(<bytes>request, now, out)
+            _buffer(self, <bytes>request, now, out)
             self.half_closed = True
         self._pump(now, out)
         return out
@@ -203,9 +122,9 @@ cdef class CallMachine:
         if self.state == DONE or self.state == IDLE or self.half_closed or self.unary_request:
             self._impossible("send_message")
         out = []
-        self._buffer(data, now, out)
+        _buffer(self, data, now, out)
         if self.state != DONE:
-            self._write_more(out)
+            _write_more(self, out)
         return out
 
     cpdef list half_close(self, double now):
@@ -214,12 +133,12 @@ cdef class CallMachine:
             self._impossible("half_close")
         self.half_closed = True
         out = []
-        self._write_more(out)
+        _write_more(self, out)
         return out
 
     cpdef list wrote(self, int n, double now):
         """Attempt n has written the message it was given."""
-        cdef _Attempt a = self._live(n, "wrote")
+        cdef _Attempt a = _live(self, n, "wrote")
         if not a.writing:
             self._impossible("wrote")
         a.writing = False
@@ -229,7 +148,7 @@ cdef class CallMachine:
             del self._messages[:a.sent - self.base]
             self.base = a.sent
         out = []
-        self._write_more(out)
+        _write_more(self, out)
         return out
 
     cpdef list headers(self, int n, double now, bint empty=False):
@@ -246,7 +165,7 @@ cdef class CallMachine:
             if self.winner == n and self._heard_at < 0:
                 self._heard_at = now
             return out
-        a = self._live(n, "headers")
+        a = _live(self, n, "headers")
         out = []
         timed = a.recv_by != INFINITY
         a.recv_by = INFINITY
@@ -269,7 +188,7 @@ cdef class CallMachine:
         first, as headers() or message() would have: for call shapes that report the answer only with the status.
         An OK ends the call anyway: its answer commits first only under hedging, for adaptive hedging's latency
         sample."""
-        cdef _Attempt a = self._live(n, "status")
+        cdef _Attempt a = _live(self, n, "status")
         cdef int kind
         cdef bint answered, retryable, stop, throttled = False
         cdef long pushback
@@ -281,7 +200,7 @@ cdef class CallMachine:
         if self.picker.loads:
             self.picker.load_ended(a.address, a.born, code == STATUS_OK)
         if a.budgeted:
-            self._budget_release(a)
+            _budget_release(self, a)
         self._last = n
         self._timed_out_last = False
         if self.live == 0:
@@ -291,13 +210,13 @@ cdef class CallMachine:
             # response's are as empty as real ones (grpcio reports headers that come with the status as empty).
             answered = response or headers
             if not answered and a.quiet_until <= now:  # its silence after empty headers lasted: it answered
-                self._ahead()
+                _ahead(self)
                 answered = True
                 answered_at = a.quiet_until - _HEADERS_GRACE
             if answered and (code != STATUS_OK or self.hedging):
                 self._answer(n, a, answered_at, out)
         elif self._heard_at >= 0 and now - self._heard_at >= _EARLY_HEADERS:
-            self._ahead()
+            _ahead(self)
         if self.notes is not None:
             self.notes.append((NOTE_STATUS, n, code))
         kind = transparent_kind(code, details) if code != STATUS_OK else -1
@@ -309,7 +228,7 @@ cdef class CallMachine:
             elif kind != NOT_SENT:
                 self.picker.record(a.address, a.born, False)
         if code != STATUS_OK and (self.winner < 0 or self.winner == n):
-            if kind >= 0 and self._redo(a, kind, now):
+            if kind >= 0 and _redo(self, a, kind, now):
                 if self.notes is not None:
                     self.notes.append((NOTE_TRANSPARENT, n, kind))
                 self._pump(now, out)
@@ -328,18 +247,18 @@ cdef class CallMachine:
                 throttled = not self.throttle.record_failure()
         if self.winner == n or code == STATUS_OK:
             # The call's attempt ended (or an uncommitted one succeeded: an empty OK stream, say).
-            self._end(out, A_DELIVER, n, R_OK if code == STATUS_OK else
-                      (R_COMMITTED if self.max_attempts > 1 else R_FATAL), now)
+            _end(self, out, A_DELIVER, n, R_OK if code == STATUS_OK else
+                 (R_COMMITTED if self.max_attempts > 1 else R_FATAL), now)
             return out
         if self.committed:
             self._impossible("status of a loser")
         if not retryable:
-            self._end(out, A_DELIVER, n, R_FATAL, now)
+            _end(self, out, A_DELIVER, n, R_FATAL, now)
             return out
         if delay >= 0 and not throttled and self.counted < self.max_attempts:
             if self.notes is not None:
-                self.notes.append((NOTE_SERVER_DELAY, n, delay, self._honours(delay, now)))
-            if self._honours(delay, now):
+                self.notes.append((NOTE_SERVER_DELAY, n, delay, _honours(self, delay, now)))
+            if _honours(self, delay, now):
                 self.policy.stats.record_server_delay()
                 pushback = <long>(delay * 1000.0 + 0.5)
             else:
@@ -357,7 +276,7 @@ cdef class CallMachine:
                 self.next_at = now + pushback / 1000.0 if pushback >= 0 else now
                 if self.notes is not None and self.next_at == now:
                     self.notes.append((NOTE_HEDGE_NOW, n))
-            elif not self._budget_refuses(now):
+            elif not _budget_refuses(self, now):
                 self.next_at = now + self._backoff(pushback)
             if self.notes is not None and now < self.next_at < INFINITY:
                 self.notes.append((NOTE_BACKOFF, n, self.next_at - now, self.counted + 1, self.max_attempts))
@@ -390,7 +309,7 @@ cdef class CallMachine:
         self.timer_at = INFINITY
         out = []
         if self.recv_timeout != INFINITY and self.live > 0:
-            self._recv_timers(now, out)
+            _recv_timers(self, now, out)
             if self.state == DONE:
                 return out
         self._pump(now, out)
@@ -408,7 +327,7 @@ cdef class CallMachine:
         exchange ended DEADLINE_EXCEEDED. Headers that came with it were sent ahead of the response: the method's
         HeadersWatch is told (its hedged calls' first attempts show their headers first from then on)."""
         if headers:
-            self._ahead()
+            _ahead(self)
         return self.timer(now)
 
     cpdef list subchannels_changed(self, double now):
@@ -429,7 +348,7 @@ cdef class CallMachine:
         if self.state == DONE:
             self._impossible("cancel")
         out = []
-        self._end(out, A_END, code, R_DEADLINE if code == STATUS_DEADLINE_EXCEEDED else R_CANCELLED, now)
+        _end(self, out, A_END, code, R_DEADLINE if code == STATUS_DEADLINE_EXCEEDED else R_CANCELLED, now)
         return out
 
     # -- what the driver reads ----------------------------------------------------------------------------------
@@ -486,7 +405,7 @@ cdef class CallMachine:
         raise MachineError(f"{event} is impossible in state {STATE_NAMES[self.state]} ({self!r})")
 
     cdef list _answered(self, int n, str event, double now):
-        cdef _Attempt a = self._live(n, event)
+        cdef _Attempt a = _live(self, n, event)
         out = []
         if a.recv_by != INFINITY:
             a.recv_by = INFINITY  # its per-attempt timer stops
@@ -510,64 +429,10 @@ cdef class CallMachine:
                     hedge.record_censored(now - other.started, now)
         self._commit_to(n, out)
 
-    cdef void _silence_lasted(self, double now, list out) except *:
-        # The attempt whose silence after empty headers lasted first answered then: the call commits to it.
-        cdef int i, first = -1
-        cdef _Attempt a
-        for i in range(len(self._attempts)):
-            a = <_Attempt>self._attempts[i]
-            if a.live and a.quiet_until <= now and (
-                    first < 0 or a.quiet_until < (<_Attempt>self._attempts[first]).quiet_until):
-                first = i
-        if first >= 0:
-            a = <_Attempt>self._attempts[first]
-            self._ahead()
-            self._answer(first, a, a.quiet_until - _HEADERS_GRACE, out)
-
-    cdef void _ahead(self):
-        """Its server sent response headers ahead of the response: its method's first attempts show their headers
-        first from now on."""
-        self.headers_ahead = True
-        if self.watch is not None:
-            self.watch.early = True
-
-    cdef _Attempt _live(self, int n, str event):
-        if self.state == DONE or n < 0 or n >= len(self._attempts) or not (<_Attempt>self._attempts[n]).live:
-            self._impossible(f"{event}({n})")
-        return <_Attempt>self._attempts[n]
-
-    cdef void _buffer(self, bytes data, double now, list out) except *:
-        cdef long size = len(data)
-        self._messages.append(data)
-        self.total += 1
-        if self.committed:
-            return
-        if self.buffered + size > self.per_rpc_limit or not self.pool.reserve(size):
-            self._overflow(now, out)
-            return
-        self.buffered += size
-
-    cdef void _overflow(self, double now, list out) except *:
-        # A6: commit to the live attempt that has sent the most (the earliest among equals); with none live, no
-        # further attempt may start: the call ends with the last status, or the next start carries it alone.
-        cdef int i, best = -1
-        cdef _Attempt a
-        for i in range(len(self._attempts)):
-            a = <_Attempt>self._attempts[i]
-            if a.live and (best < 0 or a.sent > (<_Attempt>self._attempts[best]).sent):
-                best = i
-        self._overflowed = True
-        if best >= 0:
-            self._commit_to(best, out)
-        elif self._has_last() and not self._redos:
-            self._end_last(out, R_COMMITTED, now)
-        else:
-            self._commit_pending(out)
-
     cdef void _commit_pending(self, list out) except *:
         # Committed with no attempt live: the next to start (the original, or a transparent retry) carries it.
         self.committed = True
-        self._release()
+        _release(self)
 
     cdef void _commit_to(self, int n, list out) except *:
         cdef int i
@@ -588,48 +453,13 @@ cdef class CallMachine:
         for i in range(len(self._attempts)):
             a = <_Attempt>self._attempts[i]
             if a.live and i != n:
-                self._cancel_attempt(i, a, out)
+                _cancel_attempt(self, i, a, out)
         if self.state != DONE:
             self.state = COMMITTED
         a = <_Attempt>self._attempts[n]
         if a.sent > self.base:
             del self._messages[:a.sent - self.base]
             self.base = a.sent
-
-    cdef void _cancel_attempt(self, int i, _Attempt a, list out) except *:
-        a.live = False
-        a.writing = False
-        self.live -= 1
-        if self.picker.loads:
-            self.picker.load_ended(a.address, a.born, False)
-        if a.budgeted:
-            self._budget_release(a)
-        out.append((A_CANCEL, i))
-
-    cdef bint _budget_refuses(self, double now) except -1:
-        """A retry is decided, or a hedge is due: whether the retry budget refuses it (the call then goes on with
-        the attempts it has, and ends with the last one's status). Else it counts it."""
-        if self.budget is None:
-            return False
-        if self.budget.try_retry(now):
-            self._budget_held += 1
-            return False
-        self._stopped = True
-        self._stop_reason = R_RETRY_BUDGET
-        self.policy.stats.record_budget_refusal()
-        if self.notes is not None:
-            self.notes.append((NOTE_STOP, R_RETRY_BUDGET, -1.0))
-        return True
-
-    cdef void _budget_release(self, _Attempt a):
-        a.budgeted = False
-        self._budget_held -= 1
-        self.budget.retry_ended()
-
-    cdef void _release(self):
-        if self.buffered:
-            self.pool.release(self.buffered)
-            self.buffered = 0
 
     cdef double _backoff(self, long pushback) except? -1:
         cdef double cap
@@ -641,32 +471,6 @@ cdef class CallMachine:
             cap = self.policy.max_backoff
         self._backoff_step += 1
         return self.rng() * cap
-
-    cdef bint _redo(self, _Attempt a, int kind, double now) except -1:
-        """Whether attempt `a`, which the server's application never saw, goes again transparently."""
-        cdef _Redo r
-        cdef int address
-        if (not self.transparent_enabled or now >= self.deadline or self.base != 0
-                or (kind == REFUSED and self._refused_retried)):
-            return False
-        r = _Redo()
-        r.previous = a.previous
-        r.since = -1
-        if kind == NOT_SENT:
-            # It never left the client: worth another go only on an address this call has not tried, or, for a
-            # call that waits for ready, on any address once the subchannels have news.
-            address = self._pick()
-            if address < 0 or (self._used >> address) & 1:
-                if not self.wait_for_ready:
-                    return False
-                r.since = a.generation
-        else:
-            self._refused_retried = True
-        self.transparent_retries += 1
-        if self.winner >= 0:
-            self.winner = -1    # the retry will carry the committed call
-        self._redos.append(r)
-        return True
 
     cdef bint _due(self, double now):
         """Whether the next counted attempt may start now."""
@@ -683,22 +487,22 @@ cdef class CallMachine:
         cdef bint blocked = False
         cdef long generation = self.picker.generation  # before looking: no change slips by a WAIT
         if self._quiet and not self.committed:
-            self._silence_lasted(now, out)
+            _silence_lasted(self, now, out)
         if self.live == 0 and now >= self.deadline:
-            self._end(out, A_END, STATUS_DEADLINE_EXCEEDED, R_DEADLINE, now)
+            _end(self, out, A_END, STATUS_DEADLINE_EXCEEDED, R_DEADLINE, now)
             return
         while i < len(self._redos):
             r = <_Redo>self._redos[i]
-            address = self._pick()
+            address = _pick(self)
             if address < 0 or (r.since >= 0 and (self._used >> address) & 1 and self.picker.generation == r.since):
                 blocked = True
                 i += 1
                 continue
             del self._redos[i]
-            self._start_attempt(address, r.previous, now, out, TRANSPARENT)
+            _start_attempt(self, address, r.previous, now, out, TRANSPARENT)
         while not blocked and self._due(now):
             if self.counted == 0 and self.fault_code > 0:  # (A33) aborted after its delay, before any attempt
-                self._end(out, A_END, self.fault_code, R_FAULT, now)
+                _end(self, out, A_END, self.fault_code, R_FAULT, now)
                 return
             if self.hedging and self.counted > 0 and self.throttle is not None and not self.throttle.allows_retry():
                 # A6: throttled hedges are not sent.
@@ -715,17 +519,17 @@ cdef class CallMachine:
                 if self.notes is not None:
                     self.notes.append((NOTE_STOP, R_BUDGET, -1.0))
                 break
-            if self.hedging and self.counted > 0 and self._budget_refuses(now):
+            if self.hedging and self.counted > 0 and _budget_refuses(self, now):
                 break  # (a retry's budget is taken as it is decided, its backoff counted in flight)
-            address = self._pick()
+            address = _pick(self)
             if address < 0:
                 blocked = True
                 break
             if self.counted > 0:
                 self.policy.stats.record_retry(self.counted)
             self.counted += 1
-            self._start_attempt(address, self.counted - 1, now, out,
-                                ORIGINAL if self.counted == 1 else (HEDGE if self.hedging else RETRY))
+            _start_attempt(self, address, self.counted - 1, now, out,
+                           ORIGINAL if self.counted == 1 else (HEDGE if self.hedging else RETRY))
             if self.hedging and self.counted < self.max_attempts and not self.committed:
                 self.next_at = now + (self.policy.hedging_delay if self.policy.hedge is None else
                                       self.policy.hedge.delay(now))
@@ -735,15 +539,15 @@ cdef class CallMachine:
             if blocked:
                 if not self.wait_for_ready and self.picker.resolved:
                     # Fail fast, as grpcio does when its channel is in TRANSIENT_FAILURE.
-                    if self._has_last():
-                        self._end_last(out, R_NO_ADDRESS, now)
+                    if _has_last(self):
+                        _end_last(self, out, R_NO_ADDRESS, now)
                     else:
-                        self._end(out, A_END, STATUS_UNAVAILABLE, R_NO_ADDRESS, now)
+                        _end(self, out, A_END, STATUS_UNAVAILABLE, R_NO_ADDRESS, now)
                     return
             elif not self._redos and not self._may_start_later():
-                if not self._has_last():
+                if not _has_last(self):
                     self._impossible("an end with no attempt")
-                self._end_last(out, self._exhausted_reason(now), now)
+                _end_last(self, out, _exhausted_reason(self, now), now)
                 return
         if blocked and not self.waiting:
             self.waiting = True
@@ -757,15 +561,6 @@ cdef class CallMachine:
     cdef bint _may_start_later(self):
         return not self._stopped and self.counted < self.max_attempts and self.next_at != INFINITY and not (
             self.committed and (self.winner >= 0 or self.counted > 0))
-
-    cdef int _exhausted_reason(self, double now):
-        if self._stopped and self._stop_reason != R_NONE:
-            return self._stop_reason
-        if self.counted >= self.max_attempts:
-            return R_EXHAUSTED if self.max_attempts > 1 else R_FATAL
-        if now >= self.deadline:
-            return R_DEADLINE
-        return R_COMMITTED if self.committed else R_EXHAUSTED
 
     cdef double _wake_at(self, double now):
         # A due attempt that found no address waits for the subchannels, not for the timer.
@@ -801,153 +596,3 @@ cdef class CallMachine:
         else:
             self.state = BACKOFF
 
-    cdef int _pick(self) except? -2:
-        # A slot given to another address since this call used it is no longer "used" (picker.pyx.pxi).
-        if self._births != self.picker.births:
-            if self._used:
-                self._used = self.picker.forget(self._used, self._births)
-            self._births = self.picker.births
-        return self.picker.pick(self._used, self.request_hash)
-
-    cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *:
-        cdef _Attempt a = _Attempt()
-        cdef int n = len(self._attempts)
-        a.previous = previous
-        a.generation = self.picker.generation
-        a.address = address
-        a.born = self.picker._born[address]
-        a.started = now
-        a.recv_by = now + self.recv_timeout
-        a.quiet_until = INFINITY
-        a.live = True
-        if why != ORIGINAL and why != TRANSPARENT and self._budget_held > 0:
-            a.budgeted = True  # (the retry or hedge the budget allowed: in flight until it ends)
-        self._attempts.append(a)
-        self._used = self._used | (1 << address)
-        if self.picker.loads:
-            self.picker.load_started(address)
-        if self.live == 0:
-            self.idle_time += now - self._idle_since
-        self.live += 1
-        out.append((A_START, n, address, previous))
-        if self.notes is not None:
-            self.notes.append((NOTE_START, n, address, previous, why, now - self._last_start))
-        self._last_start = now
-        if self.committed and self.winner < 0:
-            self.winner = n
-            out.append((A_COMMIT, n))
-            if self.notes is not None:
-                self.notes.append((NOTE_COMMIT, n, COMMIT_OVERFLOW if self._overflowed else COMMIT_ANSWER))
-        if self.unary_request:
-            a.sent = 1
-            a.closing = True
-        else:
-            self._write_to(n, a, out)
-
-    cdef void _write_more(self, list out) except *:
-        cdef int i
-        cdef _Attempt a
-        for i in range(len(self._attempts)):
-            a = <_Attempt>self._attempts[i]
-            if not a.live or a.closing:
-                continue
-            if not a.writing:
-                self._write_to(i, a, out)
-            elif self.half_closed and a.sent + 1 == self.total:
-                # Its last message is going out: the half-close follows it at once (the driver sends it after that
-                # message), not a round trip later.
-                a.closing = True
-                out.append((A_HALF_CLOSE, i))
-
-    cdef void _write_to(self, int n, _Attempt a, list out) except *:
-        if a.sent < self.total:
-            a.writing = True
-            out.append((A_WRITE, n, a.sent, self._messages[a.sent - self.base]))
-            if self.half_closed and a.sent + 1 == self.total:  # the last message: see _write_more
-                a.closing = True
-                out.append((A_HALF_CLOSE, n))
-        elif self.half_closed:
-            a.closing = True
-            out.append((A_HALF_CLOSE, n))
-
-    cdef bint _honours(self, double delay, double now):
-        """Whether a server's RetryInfo delay is waited for: within the cap, and ending before the deadline."""
-        return delay <= self.policy.max_server_delay and now + delay < self.deadline
-
-    cdef void _recv_timers(self, double now, list out) except *:
-        """The attempts whose per-attempt timer is due: each is cancelled, a retryable failure."""
-        cdef int i
-        cdef _Attempt a
-        for i in range(len(self._attempts)):
-            a = <_Attempt>self._attempts[i]
-            if not a.live or a.recv_by > now:
-                continue
-            self._cancel_attempt(i, a, out)
-            self.recv_timeouts += 1
-            self.policy.stats.record_recv_timeout()
-            self._timed_out_last = True
-            if self.live == 0:
-                self._idle_since = now
-            if self.notes is not None:
-                self.notes.append((NOTE_RECV_TIMEOUT, i))
-            if self.picker.counting:  # a backend that does not answer is failing
-                self.picker.record(a.address, a.born, False)
-            if a.previous > 0:
-                self.policy.stats.record_failure()
-            if self.winner == i:  # committed to it (an overflow): it carried the call
-                self._end_last(out, R_COMMITTED, now)
-                return
-            if self.throttle is not None and not self.throttle.record_failure():
-                self._stopped = True
-                self._stop_reason = R_THROTTLED
-                if self.notes is not None:
-                    self.notes.append((NOTE_STOP, R_THROTTLED, self.throttle.tokens))
-            elif self.counted < self.max_attempts and not self._stopped and not self._budget_refuses(now):
-                self.next_at = now + self._backoff(PUSHBACK_NONE)
-                if self.notes is not None:
-                    self.notes.append((NOTE_BACKOFF, i, self.next_at - now, self.counted + 1, self.max_attempts))
-
-    cdef bint _has_last(self):
-        """Whether an attempt has ended (with a status, or cancelled by its per-attempt timer)."""
-        return self._last >= 0 or self._timed_out_last
-
-    cdef void _end_last(self, list out, int reason, double now) except *:
-        """The call ends with its last attempt's result: its status, or, when its per-attempt timer cancelled it,
-        the status grpcio gives then (CANCELLED; the driver words it from `recv_timeout_ended`)."""
-        if not self._timed_out_last:
-            self._end(out, A_DELIVER, self._last, reason, now)
-            return
-        self.recv_timeout_ended = True
-        self._end(out, A_END, STATUS_CANCELLED, R_RECV_TIMEOUT if reason == R_EXHAUSTED or reason == R_COMMITTED
-                  else reason, now)
-
-    cdef void _end(self, list out, int kind, int value, int reason, double now) except *:
-        """The call is over: cancel what is live, disarm, free the buffer, then DELIVER or END."""
-        cdef int i
-        cdef _Attempt a
-        if self.live == 0 and self.state != IDLE:
-            self.idle_time += now - self._idle_since
-        for i in range(len(self._attempts)):
-            a = <_Attempt>self._attempts[i]
-            if a.live:
-                self._cancel_attempt(i, a, out)
-        if self.waiting:
-            self.waiting = False
-            out.append((A_UNWAIT,))
-        self._set_timer(INFINITY, out)
-        self._release()
-        if self.budget is not None:
-            while self._budget_held > 0:  # retries decided and never sent (the call ended in their backoff)
-                self._budget_held -= 1
-                self.budget.retry_ended()
-            self.budget.call_ended()
-        self._messages = []
-        del self._redos[:]
-        self.committed = True
-        self.next_at = INFINITY
-        self.state = DONE
-        self.reason = reason
-        self.policy.stats.record_call(len(self._attempts), self.transparent_retries, self._overflowed, reason)
-        if self.notes is not None:
-            self.notes.append((NOTE_END, reason, value if kind == A_END else -1, value if kind == A_DELIVER else -1))
-        out.append((kind, value))

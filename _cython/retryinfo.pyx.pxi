@@ -130,3 +130,10 @@ cpdef double parse_retry_info(trailing_metadata) except? -2:
                     return delay
         return -1
     return -1
+
+
+# The call machine's use of a RetryInfo delay.
+
+cdef bint _honours(CallMachine self, double delay, double now):
+    """Whether a server's RetryInfo delay is waited for: within the cap, and ending before the deadline."""
+    return delay <= self.policy.max_server_delay and now + delay < self.deadline

@@ -255,35 +255,15 @@ cdef class CallMachine:
     cdef _impossible(self, str event)
     cdef list _answered(self, int n, str event, double now)
     cdef void _answer(self, int n, _Attempt a, double now, list out) except *
-    cdef void _silence_lasted(self, double now, list out) except *
-    cdef void _ahead(self)
-    cdef _Attempt _live(self, int n, str event)
-    cdef void _buffer(self, bytes data, double now, list out) except *
-    cdef void _overflow(self, double now, list out) except *
     cdef void _commit_pending(self, list out) except *
     cdef void _commit_to(self, int n, list out) except *
-    cdef void _cancel_attempt(self, int i, _Attempt a, list out) except *
-    cdef bint _budget_refuses(self, double now) except -1
-    cdef void _budget_release(self, _Attempt a)
-    cdef void _release(self)
     cdef double _backoff(self, long pushback) except? -1
-    cdef bint _redo(self, _Attempt a, int kind, double now) except -1
     cdef bint _due(self, double now)
     cdef void _pump(self, double now, list out) except *
     cdef bint _may_start_later(self)
-    cdef int _exhausted_reason(self, double now)
     cdef double _wake_at(self, double now)
     cdef void _set_timer(self, double at, list out) except *
     cdef void _settle_state(self)
-    cdef int _pick(self) except? -2
-    cdef void _start_attempt(self, int address, int previous, double now, list out, int why) except *
-    cdef void _write_more(self, list out) except *
-    cdef void _write_to(self, int n, _Attempt a, list out) except *
-    cdef bint _honours(self, double delay, double now)
-    cdef void _recv_timers(self, double now, list out) except *
-    cdef bint _has_last(self)
-    cdef void _end_last(self, list out, int reason, double now) except *
-    cdef void _end(self, list out, int kind, int value, int reason, double now) except *
 
 
 cpdef str traceparent(object trace_id, object span_id, object flags)  # (a C call from the telemetry)
