@@ -12,6 +12,7 @@
 #          (DELIVER, n)                   the call ends with attempt n's result (its status, metadata, response)
 #          (END, code)                    the call ends with a status no server sent (deadline, cancel, no address,
 #                                         the last attempt's perAttemptRecvTimeout: then `recv_timeout_ended`)
+#          (FLUSH,)                       a timed call's due timer first waits: tell the inputs queued, then flushed()
 # DELIVER and END come last, once per call, after the CANCELs of whatever was still live.
 #
 # Notes: when the driver sets `notes` to a list (telemetry is on), the machine appends what it decided and why, for
