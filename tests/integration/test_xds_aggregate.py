@@ -17,7 +17,7 @@ from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2 
 from support.backend import UNARY, Backend  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint, route_config  # noqa: E402
-from test_xds_channels import assign, grpcio_calls, serve, until  # noqa: E402
+from support.xds_scenario import assign, grpcio_calls, serve, until  # noqa: E402
 
 
 def aggregate(name: str, children: List[str]) -> Any:

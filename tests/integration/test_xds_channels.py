@@ -10,13 +10,9 @@ import concurrent.futures
 import gc
 import json
 import logging
-import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, List
 
 import grpc
 import pytest
@@ -30,43 +26,14 @@ from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v
 )
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2  # noqa: E402
 from google.protobuf import wrappers_pb2  # noqa: E402
-from support.backend import BIDI, CLIENT_STREAM, SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
+from support.backend import SERVER_STREAM, UNARY, Backend, Step, fail  # noqa: E402
 from support.clients import retry_policy, service_config  # noqa: E402
-from support.control_plane import CLUSTER, ENDPOINTS, LISTENER, ROUTE, ControlPlane  # noqa: E402
-from support.deploy import free_port  # noqa: E402
-from support.xds_resources import cluster, endpoints, lb_endpoint, listener, route_config  # noqa: E402
+from support.control_plane import CLUSTER, ENDPOINTS, ROUTE, ControlPlane  # noqa: E402
+from support.xds_resources import cluster, endpoints, lb_endpoint, route_config  # noqa: E402
+from support.xds_scenario import assign, calls_on, route_retries, serve, until  # noqa: E402
 
 import grpc_retry  # noqa: E402
 import grpc_retry.aio  # noqa: E402
-
-
-def serve(plane: ControlPlane, clusters: Dict[str, List[Backend]],
-          routes: Callable[[Any], Any] = lambda config: None) -> int:
-    """Clusters of backends; the route config sends every call to the first cluster unless `routes` changes it.
-    The route config's version."""
-    for name, backends in clusters.items():
-        plane.set(cluster(lambda c, n=name: setattr(c, "name", n)))
-        plane.set(endpoints(lambda e, n=name, b=backends: assign(e, n, b)))
-    first = next(iter(clusters))
-
-    def edit(config: Any) -> None:
-        config.virtual_hosts[0].routes[0].route.cluster = first
-        routes(config)
-    return plane.set(route_config(edit))
-
-
-def assign(message: Any, name: str, backends: List[Backend]) -> None:
-    message.cluster_name = name
-    del message.endpoints[0].lb_endpoints[:]
-    message.endpoints[0].lb_endpoints.extend(lb_endpoint("127.0.0.1", b.port) for b in backends)
-
-
-def route_retries(num_retries: int, on: str = "unavailable") -> route_components_pb2.RetryPolicy:
-    return route_components_pb2.RetryPolicy(retry_on=on, num_retries=wrappers_pb2.UInt32Value(value=num_retries))
-
-
-def calls_on(backends: List[Backend]) -> List[int]:
-    return [len(b.attempts_of(UNARY)) for b in backends]
 
 
 def test_calls_spread_over_the_clusters_endpoints(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
@@ -177,40 +144,6 @@ def test_new_calls_follow_the_endpoints(client: Any, plane: ControlPlane, backen
     assert calls_on(backends[:2]) == [1, 10]
 
 
-@pytest.mark.parametrize("make", [grpc_retry.insecure_channel, grpc_retry.aio.insecure_channel])
-def test_a_missing_bootstrap_raises_at_creation(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GRPC_XDS_BOOTSTRAP", raising=False)
-    monkeypatch.delenv("GRPC_XDS_BOOTSTRAP_CONFIG", raising=False)
-    with pytest.raises(ValueError, match="GRPC_XDS_BOOTSTRAP"):
-        make("xds:///svc")
-
-
-@pytest.mark.parametrize("kind, method, payload", [
-    ("unary", UNARY, b"x"), ("server_stream", SERVER_STREAM, b"x"), ("client_stream", CLIENT_STREAM, [b"a", b"b"]),
-    ("bidi", BIDI, [b"a", b"b"])])
-def test_a_call_made_before_the_first_config_waits_for_it(client: Any, plane: ControlPlane, backends: List[Backend],
-                                                          kind: str, method: str, payload: Any) -> None:
-    channel = client.channel("xds:///svc")  # (the control plane has no route config yet)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(channel.invoke, kind, channel.multicallable(kind, method), payload, timeout=10)
-        plane.wait_for(lambda: plane.streams() == 1, what="the channel's ADS stream")
-        assert not pending.done(), pending.exception()
-        serve(plane, {"c1": backends[:1]})
-        assert pending.result(10).code == grpc.StatusCode.OK
-    assert len(backends[0].attempts_of(method)) == 1
-    # The call's place in its cluster's circuit breaker is given back when it ends (no event tells: polled).
-    breakers = [entry.admission.breaker for entry in channel.raw._router._clusters.values()]
-    deadline = time.monotonic() + 5
-    while any(breaker.inflight for breaker in breakers) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert [breaker.inflight for breaker in breakers] == [0]
-
-
-def test_a_config_that_never_comes_ends_the_call_at_its_deadline(client: Any, plane: ControlPlane) -> None:
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=0.3)
-    assert outcome.code == grpc.StatusCode.DEADLINE_EXCEEDED
-
-
 def test_calls_fail_over_to_the_next_priority_while_every_endpoint_of_the_first_fails(
         client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
     """(The route's retries cover a call made while the first priority is being found unreachable.)"""
@@ -260,216 +193,6 @@ def test_endpoints_added_and_removed_under_load(client: Any, plane: ControlPlane
             worker.result(30)
     assert outcomes and {o.code for o in outcomes} == {grpc.StatusCode.OK}
     assert max(a.arrived for a in backends[0].attempts) < removed + 3
-
-
-_GRPCIO_CALLS = """
-import json, sys
-import grpc
-calls = json.loads(sys.argv[1])
-with grpc.insecure_channel("xds:///svc") as channel:
-    method = channel.unary_unary("{method}")
-    codes = []
-    for metadata in calls:
-        try:
-            method(b"x", timeout=10, metadata=[tuple(pair) for pair in metadata])
-            codes.append(["OK", ""])
-        except grpc.RpcError as error:
-            codes.append([error.code().name, error.details()])
-print(json.dumps(codes))
-""".replace("{method}", UNARY)
-
-
-def grpcio_env(plane: ControlPlane, features: Tuple[str, ...] = ()) -> Dict[str, str]:
-    """The environment of a grpcio process on `plane`, as node "grpcio" (this process's xDS settings left out)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS")}
-    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = plane.bootstrap("grpcio", features)
-    return env
-
-
-def grpcio_calls(plane: ControlPlane, calls: List[Any]) -> List[List[str]]:
-    """Calls through grpcio's own xDS client, in a process of its own on the same control plane: each one's code
-    and details."""
-    env = grpcio_env(plane)
-    done = subprocess.run([sys.executable, "-c", _GRPCIO_CALLS, json.dumps(calls)], capture_output=True, text=True,
-                          env=env, timeout=60, cwd=tempfile.gettempdir())
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-_GRPCIO_CLIENT = """
-import json, sys
-import grpc
-with grpc.insecure_channel("xds:///svc") as channel:
-    method = channel.unary_unary("{method}")
-    for line in sys.stdin:
-        try:
-            method(b"x", timeout=10)
-            outcome = ["OK", ""]
-        except grpc.RpcError as error:
-            outcome = [error.code().name, error.details()]
-        print(json.dumps(outcome + [channel._channel.check_connectivity_state(False)]), flush=True)
-""".replace("{method}", UNARY)
-
-
-class GrpcioClient:
-    """grpcio's own xDS client in a process of its own on the same control plane, one channel for its life: each
-    call()'s code, details (its node ID as ours: `node`) and the channel's state after it."""
-
-    def __init__(self, plane: ControlPlane, node: str, features: Tuple[str, ...] = ()) -> None:
-        env = grpcio_env(plane, features)
-        self._node = node
-        self._process = subprocess.Popen([sys.executable, "-c", _GRPCIO_CLIENT], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())
-
-    def call(self) -> List[Any]:
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write("call\n")
-        self._process.stdin.flush()
-        code, details, state = json.loads(self._process.stdout.readline())
-        return [code, details.replace("(node ID:grpcio)", f"(node ID:{self._node})"),
-                next(s for s in grpc.ChannelConnectivity if s.value[0] == state)]
-
-    def close(self) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait(30)
-
-
-def until(call: Callable[[], List[Any]], done: Callable[[List[Any]], bool]) -> List[Any]:
-    """Call until the outcome is `done` (the change an update makes reaches a channel after the control plane
-    has sent it: no event of the channel's tells when): the outcome."""
-    deadline = time.monotonic() + 10
-    outcome = call()
-    while not done(outcome) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        outcome = call()
-    return outcome
-
-
-@pytest.mark.parametrize("deleted", ["listener", "cluster", "listener, on a server trusted to keep it"])
-def test_a_deleted_listener_or_cluster_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane,
-                                                                 backends: List[Backend], deleted: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Listener or Cluster deleted after a config (A53): calls fail UNAVAILABLE with grpcio's words and the
-    channel is in TRANSIENT_FAILURE until it comes back, unless the bootstrap trusts the server with
-    `ignore_resource_deletion`: then the last one keeps serving."""
-    features = ("ignore_resource_deletion",) if "trusted" in deleted else ()
-    monkeypatch.setenv("GRPC_XDS_BOOTSTRAP_CONFIG", plane.bootstrap("channels", features))
-    serve(plane, {"c1": backends[:1]})
-    theirs = GrpcioClient(plane, "channels", features)
-    try:
-        channel = client.channel("xds:///svc")
-
-        def ours() -> List[Any]:
-            outcome = channel.unary(UNARY, b"x", timeout=10)
-            state = channel.channel.get_state() if client.api == "aio" else channel.raw._router.aggregate_state()
-            return [outcome.code.name, outcome.details or "", state]
-        ok = ["OK", "", grpc.ChannelConnectivity.READY]
-        # (each outcome waited for: a channel's state can follow a call's end by a moment, on either client)
-        assert until(ours, ok.__eq__) == until(theirs.call, ok.__eq__) == ok
-        if deleted == "cluster":
-            plane.remove(CLUSTER, "c1")
-            failed = ["UNAVAILABLE", "CDS resource c1: does not exist (node ID:channels)",
-                      grpc.ChannelConnectivity.TRANSIENT_FAILURE]
-        else:
-            version = plane.remove(LISTENER, "svc")
-            failed = ["UNAVAILABLE", "empty address list (LDS resource svc: does not exist (node ID:channels))",
-                      grpc.ChannelConnectivity.TRANSIENT_FAILURE]
-        if features:
-            # Nothing changes to see: ours has read the removal once it answers it (grpcio 1.70 does not answer
-            # it, nor what comes after it, there: its call is only seen to keep serving)
-            plane.wait_answer("channels", LISTENER, version)
-            assert ours() == theirs.call() == ok
-            return
-        assert until(theirs.call, failed.__eq__) == failed
-        assert until(ours, failed.__eq__) == failed
-        # Back, it serves again (grpcio 1.70 stays failing: not compared)
-        plane.set(cluster() if deleted == "cluster" else listener())
-        assert until(ours, ok.__eq__) == ok
-    finally:
-        theirs.close()
-
-
-def test_routes_and_retries_as_grpcios_own_xds_client(client: Any, plane: ControlPlane,
-                                                      backends: List[Backend]) -> None:
-    """The same resources through grpcio's xDS client: each call reaches the same cluster, and a failing one makes
-    as many attempts (the route's policy) and ends with the same code."""
-    def routes(config: Any) -> None:
-        host = config.virtual_hosts[0]
-        host.routes.insert(0, route_components_pb2.Route(
-            match=route_components_pb2.RouteMatch(prefix="", headers=[route_components_pb2.HeaderMatcher(
-                name="x-user", exact_match="alice")]),
-            route=route_components_pb2.RouteAction(cluster="b", retry_policy=route_retries(2))))
-        host.routes[1].route.retry_policy.CopyFrom(route_retries(1))
-    serve(plane, {"a": backends[:1], "b": backends[1:2]}, routes)
-    calls = [[["x-user", "alice"], ["call", "1"]], [["x-user", "bob"], ["call", "2"]], [["call", "3"]],
-             [["x-user", "alice"], ["call", "4"]], [["x-user", "bob"], ["call", "5"]]]
-
-    def script() -> None:  # each route's last call fails every attempt
-        backends[0].script(UNARY, Step(), Step(), fail(), fail())
-        backends[1].script(UNARY, Step(), fail(), fail(), fail())
-
-    def seen() -> Dict[str, Any]:
-        where = {a.metadata["call"]: b.port for b in backends[:2] for a in b.attempts_of(UNARY)}
-        attempts = collections.Counter(a.metadata["call"] for b in backends[:2] for a in b.attempts_of(UNARY))
-        for backend in backends[:2]:
-            backend.attempts.clear()
-        return {"where": where, "attempts": dict(attempts)}
-    script()
-    theirs = [code for code, _ in grpcio_calls(plane, calls)]
-    their_view = seen()
-    script()
-    channel = client.channel("xds:///svc")
-    ours = [channel.unary(UNARY, b"x", timeout=10, metadata=tuple(tuple(p) for p in m)).code.name for m in calls]
-    assert ours == theirs == ["OK", "OK", "OK", "UNAVAILABLE", "UNAVAILABLE"]
-    assert seen() == their_view
-    assert their_view["attempts"] == {"1": 1, "2": 1, "3": 1, "4": 3, "5": 2}
-
-
-def test_a_cluster_drops_as_its_endpoints_ask_as_on_grpcio(client: Any, plane: ControlPlane,
-                                                          backends: List[Backend]) -> None:
-    def dropping(message: Any) -> None:
-        assign(message, "c1", backends[:1])
-        drop = message.policy.drop_overloads.add(category="throttle")
-        drop.drop_percentage.numerator, drop.drop_percentage.denominator = 100, 0  # per hundred
-    plane.set(cluster())
-    plane.set(endpoints(dropping))
-    plane.set(route_config())
-    expected = ["UNAVAILABLE", "EDS-configured drop: throttle"]
-    assert grpcio_calls(plane, [[]]) == [expected]
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
-    assert [outcome.code.name, outcome.details] == expected
-    assert backends[0].attempts == []
-
-
-def test_a_cluster_whose_endpoints_refuse_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane) -> None:
-    port = free_port(["127.0.0.1"])  # nobody listens there
-    plane.set(cluster())
-    plane.set(endpoints(lambda e: e.endpoints[0].lb_endpoints[0].CopyFrom(lb_endpoint("127.0.0.1", port))))
-    plane.set(route_config())
-    [[code, details]] = grpcio_calls(plane, [[]])
-    assert details.startswith("connections to all backends failing; last error: ")
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
-    assert [outcome.code.name, outcome.details] == [code, details.replace("(xDS node ID:grpcio)",
-                                                                          "(xDS node ID:channels)")]
-
-
-@pytest.mark.parametrize("empty", ["no locality", "empty localities"])
-def test_a_cluster_with_no_endpoint_fails_calls_as_on_grpcio(client: Any, plane: ControlPlane, empty: str) -> None:
-    def edit(message: Any) -> None:
-        if empty == "no locality":
-            del message.endpoints[:]
-            return
-        del message.endpoints[0].lb_endpoints[:]
-        message.endpoints.add().CopyFrom(message.endpoints[0])
-        message.endpoints[1].locality.region, message.endpoints[1].priority = "a", 1
-    plane.set(cluster())
-    plane.set(endpoints(edit))
-    plane.set(route_config())
-    [[code, details]] = grpcio_calls(plane, [[]])
-    assert details.startswith("no children in weighted_target policy")
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
-    assert [outcome.code.name, outcome.details] == [code, details]
 
 
 def test_a_clusters_circuit_breaker_caps_its_calls_in_flight(client: Any, plane: ControlPlane,
@@ -525,18 +248,6 @@ def test_a_cluster_changed_gets_subchannels_made_for_it(client: Any, plane: Cont
     assert after.outliers is not None and before.live_addresses == []
     for _ in range(4):
         assert channel.unary(UNARY, b"x", timeout=10).code == grpc.StatusCode.OK
-
-
-def test_a_routes_max_stream_duration_bounds_the_call_as_on_grpcio(client: Any, plane: ControlPlane,
-                                                                   backends: List[Backend]) -> None:
-    serve(plane, {"c1": backends[:1]}, lambda config: config.virtual_hosts[0].routes[0].route.max_stream_duration
-          .max_stream_duration.FromMilliseconds(300))
-    backends[0].fallback(UNARY, lambda i: Step(wait=10))
-    (theirs,) = grpcio_calls(plane, [[]])
-    started = time.monotonic()
-    outcome = client.channel("xds:///svc").unary(UNARY, b"x", timeout=10)
-    assert outcome.code.name == theirs[0] == "DEADLINE_EXCEEDED"
-    assert time.monotonic() - started < 2
 
 
 def test_the_channel_becomes_ready_with_its_clusters(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
@@ -605,31 +316,6 @@ def test_a_route_policy_with_a_zero_back_off_fails_its_calls(client: Any, plane:
     assert backends[0].attempts == []
 
 
-def test_a_call_waiting_for_the_first_config_ends_when_the_channel_closes(client: Any, plane: ControlPlane) -> None:
-    channel = client.channel("xds:///svc")  # (no route config: no config comes)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(channel.unary, UNARY, b"x")  # no deadline
-        router = channel.raw._router
-        deadline = time.monotonic() + 10  # (no event tells that the call waits: polled)
-        while not (router._waiters or router._ready._waiters) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        channel.close()
-        outcome = pending.result(10)
-    assert (outcome.code, outcome.details) == (grpc.StatusCode.CANCELLED, "Channel closed!")
-
-
-def test_an_asyncio_call_waiting_for_the_first_config_can_be_cancelled(plane: ControlPlane) -> None:
-    async def run() -> Any:
-        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config comes)
-            call = channel.unary_unary(UNARY)(b"x")
-            assert not call.done() and call.cancel() and call.cancelled()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            return await call.code(), await call.details()
-    assert asyncio.run(asyncio.wait_for(run(), 10)) == (grpc.StatusCode.CANCELLED,
-                                                        "Locally cancelled by application!")
-
-
 @pytest.mark.slow  # (a timed scenario with servers: run on 3.11 only, tox.ini)
 def test_new_weights_for_the_same_endpoints_apply(client: Any, plane: ControlPlane, backends: List[Backend]) -> None:
     def localities(first: int) -> Callable[[Any], None]:
@@ -654,47 +340,6 @@ def test_new_weights_for_the_same_endpoints_apply(client: Any, plane: ControlPla
     assert 0.67 <= share <= 0.83, share
 
 
-def test_a_call_waiting_for_ready_waits_through_the_errors_before_a_config(client: Any, plane: ControlPlane,
-                                                                          backends: List[Backend]) -> None:
-    """The Listener is deleted before any config: a call fails UNAVAILABLE with that error, one that waits for
-    ready waits for the config that comes next, as on grpcio."""
-    channel = client.channel("xds:///svc")
-    plane.wait_answer("channels", LISTENER, 1)  # (held: removed, it is deleted, not merely never sent)
-    plane.wait_answer("channels", LISTENER, plane.remove(LISTENER, "svc"))
-    outcome = channel.unary(UNARY, b"x", timeout=10)
-    assert outcome.code == grpc.StatusCode.UNAVAILABLE and "does not exist" in (outcome.details or "")
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        waiting = pool.submit(channel.unary, UNARY, b"x", timeout=10, wait_for_ready=True)
-        router = channel.raw._router
-        deadline = time.monotonic() + 10  # (no event tells that the call waits: polled)
-        while not (router._waiters or router._ready._waiters) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not waiting.done()
-        plane.set(listener())
-        serve(plane, {"c1": backends[:1]})
-        assert waiting.result(10).code == grpc.StatusCode.OK
-
-
-def test_a_sync_future_or_stream_made_before_the_first_config_is_returned_at_once(
-        plane: ControlPlane, backends: List[Backend]) -> None:
-    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
-        future = channel.unary_unary(UNARY).future(b"x", timeout=10)
-        stream = channel.unary_stream(SERVER_STREAM)(b"x", timeout=10)
-        cancelled = channel.unary_unary(UNARY).future(b"x", timeout=10)
-        late = channel.unary_unary(UNARY).future(b"x", timeout=0.2)
-        told = threading.Event()
-        future.add_done_callback(lambda _: told.set())
-        assert not future.done() and future.running() and stream.is_active()
-        assert cancelled.cancel() and cancelled.cancelled() and cancelled.code() == grpc.StatusCode.CANCELLED
-        with pytest.raises(grpc.RpcError) as ended:
-            late.result()
-        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        serve(plane, {"c1": backends[:1]})
-        assert future.result(10) == b"x" and told.wait(10)
-        assert list(stream) == [b"x#0", b"x#1", b"x#2"] and stream.code() == grpc.StatusCode.OK
-    assert len(backends[0].attempts) == 2
-
-
 def test_a_sync_stream_no_route_takes_raises_as_it_is_read(plane: ControlPlane, backends: List[Backend]) -> None:
     serve(plane, {"c1": backends[:1]}, lambda config: config.virtual_hosts[0].routes[0].match.CopyFrom(
         route_components_pb2.RouteMatch(prefix="/other.Service/")))
@@ -702,107 +347,6 @@ def test_a_sync_stream_no_route_takes_raises_as_it_is_read(plane: ControlPlane, 
         with pytest.raises(grpc.RpcError) as ended:
             list(channel.unary_stream(SERVER_STREAM)(b"x", timeout=10))
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
-
-
-_AIO_FACTORIES = {"unary": "unary_unary", "server_stream": "unary_stream", "client_stream": "stream_unary",
-                  "bidi": "stream_stream"}
-_AIO_METHODS = {"unary": UNARY, "server_stream": SERVER_STREAM, "client_stream": CLIENT_STREAM, "bidi": BIDI}
-
-
-async def _raised_at_the_call_site(channel: Any, kind: str, credentials: grpc.CallCredentials) -> Any:
-    """What making a call of `kind` with call `credentials` raised (the call made none, as grpcio's): its type and
-    words."""
-    method = getattr(channel, _AIO_FACTORIES[kind])(_AIO_METHODS[kind])
-    with pytest.raises(Exception) as raised:
-        method(b"x" if kind in ("unary", "server_stream") else iter([b"x"]), timeout=3, credentials=credentials)
-    return type(raised.value), str(raised.value)
-
-
-@pytest.mark.parametrize("kind", list(_AIO_FACTORIES))
-def test_an_asyncio_call_with_call_credentials_on_an_insecure_channel_raises_as_on_grpcio(
-        plane: ControlPlane, backends: List[Backend], kind: str) -> None:
-    """grpcio raises at the call site, before its xDS client has a config as after (it checks the channel's
-    credentials): so does grpc_retry, rather than leave a call made before the config that never ends."""
-    credentials = [grpc.access_token_call_credentials("t"),
-                   grpc.metadata_call_credentials(lambda context, callback: callback((), None))]
-
-    async def run() -> Tuple[List[Any], List[Any], List[Any]]:
-        async with grpc.aio.insecure_channel(backends[0].target) as channel:
-            expected = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
-        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config yet)
-            before = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
-            serve(plane, {"c1": backends[:1]})
-            assert await channel.unary_unary(UNARY)(b"x", timeout=10) == b"x"  # (the config has come)
-            after = [await _raised_at_the_call_site(channel, kind, each) for each in credentials]
-        return expected, before, after
-    expected, before, after = asyncio.run(asyncio.wait_for(run(), 20))
-    assert before == after == expected and expected[0][0] is grpc.aio.UsageError, (before, after, expected)
-    assert [attempt.requests for attempt in backends[0].attempts] == [[b"x"]]
-
-
-def test_an_asyncio_call_whose_start_raises_when_the_first_config_comes_ends_once(
-        plane: ControlPlane, backends: List[Backend]) -> None:
-    """A call made before the first config whose start then raises (metadata that is no sequence of pairs, which
-    a route cannot read): it ends INTERNAL, telling its done callbacks once, and the call made after it starts."""
-    async def run() -> Tuple[Any, ...]:
-        async with grpc_retry.aio.insecure_channel("xds:///svc") as channel:  # (no route config yet)
-            told: List[Any] = []
-            broken = channel.unary_unary(UNARY)(b"x", timeout=10, metadata={"key": "value"})
-            broken.add_done_callback(told.append)
-            fine = channel.unary_unary(UNARY)(b"y", timeout=10)
-            serve(plane, {"c1": backends[:1]})
-            with pytest.raises(grpc.aio.AioRpcError) as ended:
-                await broken
-            return (ended.value.code(), await broken.code(), broken.done(), told == [broken], await fine,
-                    await broken.details())
-    *outcome, details = asyncio.run(asyncio.wait_for(run(), 20))
-    assert outcome == [grpc.StatusCode.INTERNAL, grpc.StatusCode.INTERNAL, True, True, b"y"]
-    assert "could not start" in details and "ValueError" in details, details
-    assert [a.requests for a in backends[0].attempts] == [[b"y"]]
-
-
-def test_a_sync_call_whose_start_raises_when_the_first_config_comes_ends_alone(
-        plane: ControlPlane, backends: List[Backend]) -> None:
-    """Calls made before the first config: the first one's start raises (its request serializer fails, which
-    grpcio raises at the call site); that call ends with grpcio's status and words, and those after it start."""
-    def failing(request: bytes) -> bytes:
-        raise RuntimeError("no bytes for this request")
-    with grpc.insecure_channel(backends[0].target) as channel:
-        with pytest.raises(grpc.RpcError) as raised:
-            channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
-    expected = (raised.value.code(), raised.value.details())
-    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
-        broken = channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
-        future = channel.unary_unary(UNARY).future(b"y", timeout=10)
-        stream = channel.unary_stream(SERVER_STREAM)(b"z", timeout=10)
-        serve(plane, {"c1": backends[:1]})
-        assert future.result(5) == b"y"
-        assert list(stream) == [b"z#0", b"z#1", b"z#2"]
-        with pytest.raises(grpc.RpcError) as ended:
-            next(broken)
-        assert (ended.value.code(), ended.value.details()) == expected == (broken.code(), broken.details())
-        assert not broken.is_active() and broken.done()
-
-
-def test_a_sync_call_whose_start_raises_when_the_first_config_comes_leaves_the_update_whole(
-        plane: ControlPlane, backends: List[Backend]) -> None:
-    """The rest of the update is applied after the waiting calls start: the connection asked for before the
-    config (subscribe's try_to_connect) is made, with no call to make it."""
-    def failing(request: bytes) -> bytes:
-        raise RuntimeError("no bytes for this request")
-    ready = threading.Event()
-
-    def told(state: grpc.ChannelConnectivity) -> None:
-        if state is grpc.ChannelConnectivity.READY:
-            ready.set()
-    with grpc_retry.insecure_channel("xds:///svc") as channel:  # (no route config yet)
-        broken = channel.unary_stream(SERVER_STREAM, request_serializer=failing)(b"x", timeout=10)
-        channel.subscribe(told, try_to_connect=True)
-        serve(plane, {"c1": backends[:1]})
-        assert ready.wait(5)
-        with pytest.raises(grpc.RpcError):
-            next(broken)
-    assert backends[0].attempts == []
 
 
 def open_grpcio_channels() -> int:

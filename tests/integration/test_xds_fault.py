@@ -24,7 +24,7 @@ from google.protobuf import duration_pb2, wrappers_pb2  # noqa: E402
 from support.backend import UNARY, Backend  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import http_filter, listener, packed  # noqa: E402
-from test_xds_channels import grpcio_calls, route_retries, serve, until  # noqa: E402
+from support.xds_scenario import grpcio_calls, route_retries, serve, until  # noqa: E402
 
 FAULTED = "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"
 

@@ -17,7 +17,7 @@ from envoy.type.v3 import percent_pb2  # noqa: E402
 from support.backend import UNARY, Backend, fail  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints  # noqa: E402
-from test_xds_channels import GrpcioClient, assign, serve  # noqa: E402
+from support.xds_scenario import GrpcioClient, assign, serve  # noqa: E402
 
 import grpc_retry  # noqa: E402
 

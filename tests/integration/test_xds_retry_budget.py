@@ -17,7 +17,7 @@ from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import UNARY, Backend, fail  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import cluster, route_config  # noqa: E402
-from test_xds_channels import route_retries, serve, until  # noqa: E402
+from support.xds_scenario import route_retries, serve, until  # noqa: E402
 
 import grpc_retry  # noqa: E402
 

@@ -18,7 +18,7 @@ from google.protobuf import wrappers_pb2  # noqa: E402
 from support.backend import UNARY, Backend, fail  # noqa: E402
 from support.control_plane import ControlPlane  # noqa: E402
 from support.xds_resources import cluster, endpoints, lb_endpoint  # noqa: E402
-from test_xds_channels import grpcio_calls, route_retries, serve, until  # noqa: E402
+from support.xds_scenario import grpcio_calls, route_retries, serve, until  # noqa: E402
 
 import grpc_retry  # noqa: E402
 
