@@ -10,14 +10,14 @@ ignores the hedging and the per-attempt timeout). Each makes unary, server-,
 client- and bidi-streaming calls, cancels some of them (asyncio: half of those by cancelling the task that awaits,
 reads or writes the call) and gives a third of them a 5-200 ms deadline.
 
-Per client it prints one JSON line: calls, success rate, status histogram; calls never ended, ended twice,
-ended later than their deadline + 1 s (the first few of them, with their kind and times); attempts still running
-on a server (or a stream left open on the peer) after their call ended; threads, fds, tasks and live call objects
-before, at the end and 5 s later; an asyncio client's loop lag (on two shared cores, tens of ms at the median and
-hundreds at the top: each loop turn a call's end waits for adds it). With
-`--check` it exits 1 if a grpc_retry client has a call never ended, ended twice or late, a hung worker, an orphan
-attempt, a call that ran on after the task using it was cancelled, an error left to the event loop (a future's
-exception never retrieved), or a leak.
+Per client it prints one JSON line: calls, success rate, status histogram; calls never ended, ended twice, ended
+later than their deadline + 1 s (the first few of them, with their kind and times); attempts still running on a
+server (or a stream left open on the peer) after their call ended; threads, fds, tasks and live call objects before,
+at the end and 5 s later; an asyncio client's loop lag (on two shared cores, tens of ms at the median and hundreds
+at the top: each loop turn a call's end waits for adds it); workers that died, and of what. With `--check` it exits
+1 if a grpc_retry client has a call never ended, ended twice or late, a hung worker or one that a call raised out
+of, an orphan attempt, a call that ran on after the task using it was cancelled, an error left to the event loop (a
+future's exception never retrieved), or a leak.
 
 With `--deploy` it runs a deployment soak instead: rolling deploys with surge behind a real DNS server on loopback,
 every client in a process of its own through the same `dns://` target; `--check` fails on any failed call of a
@@ -337,6 +337,7 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     workers = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
     done, pending = await asyncio.wait(workers, timeout=seconds + 10)
     hung = len(pending)
+    died = collections.Counter(_error(task.exception()) for task in done if task.exception() is not None)
     await monitor
     lags.sort()
     lag = {"p50": round(lags[len(lags) // 2] * 1e3, 1), "p99": round(lags[len(lags) * 99 // 100] * 1e3, 1),
@@ -348,7 +349,7 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     await asyncio.sleep(5)
     later = _resources(len(asyncio.all_tasks()) - 1 - len(pending))
     gc.collect()  # (a future's unretrieved exception is reported as it is collected)
-    return {"hung_workers": hung, "before": before, "end": end, "later": later,
+    return {"hung_workers": hung, "worker_errors": dict(died), "before": before, "end": end, "later": later,
             "task_cancel_left_call_running": left_running, "loop_errors": len(unhandled), "loop_lag_ms": lag}
 
 
@@ -361,7 +362,15 @@ def _sync_client(client: str, target: str, seconds: float, concurrency: int, led
     channel = _make_channel(client, target)
     stop_at = time.monotonic() + seconds
 
+    died: collections.Counter = collections.Counter()
+
     def worker(seed: int) -> None:
+        try:
+            calls(seed)
+        except BaseException as error:  # a worker that a call raised out of: what it raised is reported
+            died[_error(error)] += 1
+
+    def calls(seed: int) -> None:
         rng = random.Random(seed)
         while time.monotonic() < stop_at:
             call_id, kind, multicallable, request, timeout, cancel_after = _plan(rng, channel, ledger)
@@ -394,7 +403,12 @@ def _sync_client(client: str, target: str, seconds: float, concurrency: int, led
     time.sleep(5)
     later = _resources()
     later["threads"] -= hung  # the hung workers are counted once, as hung
-    return {"hung_workers": hung, "before": before, "end": end, "later": later}
+    return {"hung_workers": hung, "worker_errors": dict(died), "before": before, "end": end, "later": later}
+
+
+def _error(error: BaseException) -> str:
+    """What a worker died of: the exception's type and its first words."""
+    return f"{type(error).__module__}.{type(error).__qualname__}: {str(error)[:120]}"
 
 
 def _client_process(client: str, target: str, seconds: float, concurrency: int, results) -> None:
@@ -440,6 +454,7 @@ def _summary(client: str, outcome: dict, attempts: List[list], peer_open: int) -
     return {"client": client, "calls": len(calls), "success_rate": round(statuses["OK"] / max(1, len(calls)), 4),
             "statuses": dict(statuses.most_common()), "never_ended": never, "ended_twice": twice,
             "ended_late": len(late), "late_calls": late[:5], "hung_workers": outcome["hung_workers"],
+            "worker_errors": outcome["worker_errors"],
             "orphan_attempts": orphans,
             "task_cancel_left_call_running": outcome.get("task_cancel_left_call_running", 0),
             "loop_errors": outcome.get("loop_errors", 0), "loop_lag_ms": outcome.get("loop_lag_ms"),
@@ -503,7 +518,8 @@ def main() -> int:
         print(json.dumps(summary))
         if client.startswith("grpc_retry") and ("error" in summary or
                 summary["never_ended"] or summary["ended_twice"] or summary["ended_late"] or
-                summary["hung_workers"] or summary["orphan_attempts"] or summary["peer_streams_left_open"] or
+                summary["hung_workers"] or summary["worker_errors"] or summary["orphan_attempts"] or
+                summary["peer_streams_left_open"] or
                 summary["task_cancel_left_call_running"] or summary["loop_errors"] or summary["leaks"]):
             failed = True
     print(json.dumps({"seconds": args.seconds, "elapsed": round(time.monotonic() - started, 1),
