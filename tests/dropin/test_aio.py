@@ -69,9 +69,12 @@ async def streams(make, backend) -> Any:
         rest = await bidi.read()
         with_iterator = channel.stream_stream(BIDI)(iter([b"p", b"q"]), timeout=5)
         refused_write = await outcome(with_iterator.write(b"r"))
+        ended = channel.stream_unary(CLIENT_STREAM)(timeout=5)
+        ended.cancel()
+        done_writing_ended = await outcome(ended.done_writing())  # a call already over: nothing to half-close
         return (messages, await stream.code(), tuple(await stream.initial_metadata()),
                 tuple(await stream.trailing_metadata()), after_done, response, on_finished, first, mixed,
-                rest is aio.EOF, refused_write, [m async for m in with_iterator])
+                rest is aio.EOF, refused_write, [m async for m in with_iterator], done_writing_ended)
 
 
 async def _iterate(call) -> list:
