@@ -39,7 +39,8 @@
 # (an attempt the machine cancelled, a timer it disarmed): such an event is a driver bug here, and raises.
 #
 # The actions it returns and the notes it takes are listed in actions.pyx.pxi; the attempts it keeps, its replay
-# buffer, transparent retries, answers and per-attempt timers, and how a call ends, in the files named for them.
+# buffer, transparent retries, answers and per-attempt timers, and how a call ends, in the files named for them:
+# functions of the machine's (`self`, as in its methods), called directly rather than through its vtable.
 
 from libc.math cimport INFINITY
 
