@@ -38,6 +38,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import signal
 import socket
 import sys
@@ -407,8 +408,10 @@ def _sync_client(client: str, target: str, seconds: float, concurrency: int, led
 
 
 def _error(error: BaseException) -> str:
-    """What a worker died of: the exception's type and its first words."""
-    return f"{type(error).__module__}.{type(error).__qualname__}: {str(error)[:120]}"
+    """What a worker died of: the exception's type and its first words (objects' addresses left out, so that
+    the same error counts once)."""
+    words = re.sub(r" at 0x[0-9a-f]+", "", str(error))[:120]
+    return f"{type(error).__module__}.{type(error).__qualname__}: {words}"
 
 
 def _client_process(client: str, target: str, seconds: float, concurrency: int, results) -> None:
