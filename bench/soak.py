@@ -338,7 +338,8 @@ async def _aio_client(client: str, target: str, seconds: float, concurrency: int
     workers = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
     done, pending = await asyncio.wait(workers, timeout=seconds + 10)
     hung = len(pending)
-    died = collections.Counter(_error(task.exception()) for task in done if task.exception() is not None)
+    died = collections.Counter("cancelled" if task.cancelled() else _error(task.exception()) for task in done
+                               if task.cancelled() or task.exception() is not None)
     await monitor
     lags.sort()
     lag = {"p50": round(lags[len(lags) // 2] * 1e3, 1), "p99": round(lags[len(lags) * 99 // 100] * 1e3, 1),
