@@ -15,7 +15,6 @@ from grpc.aio import AioRpcError, Metadata
 from grpc_retry import _bases as bases
 from grpc_retry._core import CallMachine
 from grpc_retry._driver import CANCELLED_DETAILS, log
-from grpc_retry._transport.ends import aio_initial_metadata
 from grpc_retry.aio._driver import _Call
 
 _EOF = grpc.aio.EOF
@@ -51,10 +50,7 @@ class _StreamResponse(_Call):
     __slots__ = ()
 
     def _follow(self, n: int, attempt: Any) -> None:
-        attempt.add_done_callback(partial(self._stream_done, n))
-
-    def _stream_done(self, n: int, attempt: Any) -> None:
-        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), False)
+        attempt.add_done_callback(partial(self._stream_ended, n))
 
     async def read(self) -> Any:
         if self._done and self._peek is None:

@@ -11,12 +11,13 @@ cdef class _Call(CallDriver):
     cdef public dict _attempts
     cdef public object _loop, _watched, _last, _current, _winner, _timer, _listener, _local_details
     cdef public object _refusal, _done, _code, _details, _initial, _trailing, _debug, _response, _waiters, _changed
-    cdef public object _callbacks, _watchers, _peek, _reads, _delivered, _style
+    cdef public object _callbacks, _watchers, _peek, _reads, _late, _delivered, _style
     cpdef _refused(self, error)
     cpdef _follow(self, n, attempt)
     cpdef _broken(self)
     cpdef _act(self, actions)
     cpdef _ended(self, n, attempt, headers, response)
+    cpdef _stream_ended(self, n, attempt)
     cpdef _headers_came(self, n, attempt)
     cpdef _headers_first_ended(self, n, attempt, response)
     cpdef _direct_ended(self, n, attempt, response)

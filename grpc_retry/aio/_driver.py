@@ -17,6 +17,7 @@ from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
+    Awaitable,
     Callable,
     Dict,
     List,
@@ -65,7 +66,7 @@ class _Call(CallDriver):
         "_channel", "_loop", "_watched", "_attempts", "_last", "_current", "_winner", "_timer", "_listener",
         "_local_details", "_refusal",
         "_done", "_code", "_details", "_initial", "_trailing", "_debug", "_response", "_waiters", "_changed",
-        "_callbacks", "_watchers", "_peek", "_reads", "_delivered", "_style", "__weakref__",
+        "_callbacks", "_watchers", "_peek", "_reads", "_late", "_delivered", "_style", "__weakref__",
     )
 
     def __init__(self, method: Any, machine: CallMachine, request: Optional[bytes], metadata: Any, credentials: Any,
@@ -103,6 +104,7 @@ class _Call(CallDriver):
         self._watchers: Optional[Dict[int, Any]] = None  # watched response streams: each attempt's watcher task
         self._peek: Any = None       # the winner's first message, read before it won
         self._reads: Optional[Set[int]] = None  # attempts whose first message is being read before they won
+        self._late: Optional[Dict[int, Any]] = None  # attempts of _reads that ended meanwhile: told after the read
         self._delivered = False      # a response message reached the application
         self._style: Optional[str] = None  # response streams: "read" or "iterate", as the application first did
 
@@ -322,19 +324,44 @@ class _Call(CallDriver):
             return
         # Empty headers (the machine judges the silence after them): read ahead, as a message commits the call
         # (readers of n wait meanwhile).
+        message = await self._read_ahead(n, attempt, cast(Any, attempt).read())  # (Any: mypy narrows it)
+        if message is not _EOF and self._winner == n:
+            self._peek = message
+
+    async def _read_ahead(self, n: int, attempt: Any, reading: Optional[Awaitable[Any]]) -> Any:
+        """Attempt n's next message (EOF once it ended), read before the call committed to it: a message commits
+        the call to it. An end the attempt tells meanwhile is told after the read (_stream_ended): C-core ended the
+        read first, but the attempt may tell its end on an earlier loop turn than the read's."""
+        if reading is None:
+            return _EOF
         if self._reads is None:
             self._reads = set()
         self._reads.add(n)
+        message = _EOF
         try:
-            message = await _read(attempt)
+            message = await reading
+        except AioRpcError:
+            pass
         finally:
             self._reads.discard(n)
-            self._wake_readers()
-        if message is not _EOF and self._attempts.get(n) is attempt:
-            if self._winner != n:
-                self._decide("message", n, monotonic())
-            if self._winner == n:
-                self._peek = message
+            try:
+                if message is not _EOF and self._winner != n and self._attempts.get(n) is attempt:
+                    self._decide("message", n, monotonic())
+            finally:
+                late = self._late.pop(n, None) if self._late else None
+                if late is not None:
+                    self._ended(n, late, bool(aio_initial_metadata(late)), False)
+                self._wake_readers()
+        return message
+
+    def _stream_ended(self, n: int, attempt: Any) -> None:
+        """A response stream's attempt n ended: the machine hears of it, after a read of it in flight."""
+        if self._reads and n in self._reads:
+            if self._late is None:
+                self._late = {}
+            self._late[n] = attempt
+            return
+        self._ended(n, attempt, bool(aio_initial_metadata(attempt)), False)
 
     async def _watch(self, n: int, attempt: Any) -> None:
         """A hedge of a response stream: report its first answer, which commits the call, then its end."""
@@ -469,15 +496,18 @@ class _Call(CallDriver):
                     reading = attempt.read()
                     if reading is None:
                         message = _EOF
+                    elif self._winner != n:
+                        message = await self._read_ahead(n, attempt, reading)
                     else:
                         try:
                             message = await reading
                         except AioRpcError:
                             message = _EOF
                 if message is not _EOF:
-                    if self._winner != n and self._attempts.get(n) is attempt:
-                        self._decide("message", n, monotonic())
-                    break
+                    if self._winner == n:
+                        break
+                    message = _EOF  # an attempt no longer the call's (cancelled while read): not the call's
+                    continue
                 if self._attempts.get(n) is attempt:
                     await self._next_change()  # it ended: its status is on its way to the machine
                 # The machine has its status: it retried, or ended the call.
@@ -543,13 +573,3 @@ class _Call(CallDriver):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} done={self._done} code={self._code} machine={self._machine!r}>"
 
-
-async def _read(attempt: Any) -> Any:
-    """An attempt's next message, or EOF when it has ended (its status then tells how)."""
-    reading = attempt.read()
-    if reading is None:
-        return _EOF
-    try:
-        return await reading
-    except AioRpcError:
-        return _EOF

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A request stream whose attempt's on_written (the driver's callback, told as each message went) raises: a bug in
@@ -124,3 +126,59 @@ def test_a_client_stream_answered_before_its_requests_end_leaves_no_writer_waiti
     out = _run(_ANSWERED_MID_STREAM)
     assert (out["transport"], out["code"]) == ("portable", "OK")
     assert out["left"] == []
+
+
+# A response stream whose attempt reads its first message, then ends UNAVAILABLE: the attempt's read gives the
+# message to the driver only after the attempt has told its end (a grpc.aio task hop can order them so). Prints what
+# the application got and how many attempts the server saw. argv[2]: "read" reads at once; "headers" awaits the
+# call's initial metadata first (the driver then reads ahead).
+_READ_TOLD_AFTER_THE_END = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+import grpc
+import grpc_retry.aio
+from grpc_retry import _transport
+from grpc_retry._transport import portable_aio
+from support.backend import BIDI, Backend, Step
+from support.clients import retry_options
+
+read = portable_aio.AioAttempt._read
+
+async def read_told_late(attempt, first=None):
+    message = await read(attempt, first)
+    await attempt.code()  # its end is told (done callbacks run as its status is set): the message comes after
+    return message
+
+portable_aio.AioAttempt._read = read_told_late
+
+async def main(backend):
+    backend.script(BIDI, Step(code=grpc.StatusCode.UNAVAILABLE, details="after one", responses=1, read=1))
+    async with grpc_retry.aio.insecure_channel(backend.target, options=retry_options()) as ch:
+        call = ch.stream_stream(BIDI)(iter([b"a", b"b"]), timeout=5)
+        if sys.argv[2] == "headers":
+            await call.initial_metadata()
+        responses = []
+        try:
+            async for response in call:
+                responses.append(response.decode())
+        except grpc.aio.AioRpcError:
+            pass
+        return (await call.code()).name, await call.details(), responses, len(backend.attempts_of(BIDI))
+
+backend = Backend()
+try:
+    code, details, responses, attempts = asyncio.run(main(backend))
+finally:
+    backend.stop()
+print(json.dumps({"transport": _transport.NAME, "code": code, "details": details, "responses": responses,
+                  "attempts": attempts}))
+"""
+
+
+@pytest.mark.parametrize("first", ["read", "headers"])
+def test_a_first_message_read_as_the_attempt_ends_commits_the_call(first):
+    """The message commits the call to its attempt before the attempt's end is judged: the application gets it and
+    the attempt's UNAVAILABLE, and no retry (which would give it the retry's messages after it too)."""
+    out = _run(_READ_TOLD_AFTER_THE_END.replace("sys.argv[2]", repr(first)))
+    assert out["transport"] == "portable"
+    assert (out["code"], out["details"], out["responses"], out["attempts"]) == ("UNAVAILABLE", "after one", ["a"], 1)
