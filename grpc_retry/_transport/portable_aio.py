@@ -105,7 +105,8 @@ class AioAttempt(AioAttemptBase):
     it ended, then its done callbacks. A response stream's messages are read by the driver (read()). Its status
     and headers, its waiters and done callbacks are kept as the direct transport's are (AioAttemptBase)."""
 
-    __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_more", "_first", "_told", "refusal")
+    __slots__ = ("_headers_first", "_stream", "_task", "_outbox", "_sender", "_more", "_first", "_held", "_told",
+                 "refusal")
 
     def __init__(self, call: Any, headers_first: bool, stream: bool, request_stream: bool) -> None:
         super().__init__(call, asyncio.get_running_loop(), request_stream)
@@ -119,6 +120,7 @@ class AioAttempt(AioAttemptBase):
         # A stream-stream call's first read, started now: the only wait on which grpc.aio raises its refusal of
         # such a call. The driver's first read() awaits it.
         self._first: Optional[asyncio.Task[Any]] = None
+        self._held: Optional[asyncio.Future[None]] = None  # the end, held until the driver reads _first's message
         if request_stream and headers_first:
             self._first = self._loop.create_task(call.read())
             self._first.add_done_callback(_retrieved)
@@ -191,6 +193,8 @@ class AioAttempt(AioAttemptBase):
                     self._end(EOF)
                 return
             # else it ended, and grpc.aio failed reading how (a status code it does not know): read below
+        if self._status is None and self._stream and self._first is not None:
+            await self._hold_for_first()
         if self._status is not None:
             return
         status = self._told
@@ -206,6 +210,19 @@ class AioAttempt(AioAttemptBase):
         self._task = None
         self._set_status(status)
         self._end(response)
+
+    async def _hold_for_first(self) -> None:
+        """The call ended before the driver read the message the first read took. C-core holds a call's status
+        until its messages are read, or its deadline passes: so does the attempt hold its end, until the driver
+        reads that message (read()), which commits the call first, as on grpcio."""
+        first = self._first
+        assert first is not None
+        if not first.done():
+            await asyncio.wait((first,))  # (soon: the call is over)
+        if self._first is first and not first.cancelled() and first.exception() is None and first.result() is not EOF:
+            self._held = self._loop.create_future()
+            await asyncio.wait((self._held,), timeout=self._call.time_remaining())
+            self._held = None
 
     async def _real_status(self) -> grpc.StatusCode:
         """A write that C-core refused (the call had ended) has grpc.aio set a status of its own, INTERNAL, which
@@ -308,6 +325,9 @@ class AioAttempt(AioAttemptBase):
         first = self._first
         if first is not None:
             self._first = None
+            held, self._held = self._held, None
+            if held is not None:
+                held.set_result(None)  # (its end follows the message, a loop turn later)
             return self._read(first)
         if self._status is not None:
             return None

@@ -143,6 +143,47 @@ def test_a_response_message_commits_the_call(client, backend, kind, method, payl
     assert len(backend.attempts_of(method)) == 1
 
 
+@pytest.mark.parametrize("read", ["late", "never"])
+def test_a_first_message_read_after_its_status_came_commits_the_call(client, backend, read):
+    # The message and the status are both in before the application reads: grpcio holds the status until the
+    # message is read (or the deadline passes), so the message commits the call, and no retry goes out.
+    backend.script(BIDI, Step(code=UNAVAILABLE, details="after one", responses=1, read=1))
+    ch = client.channel(backend.target, retry_options())
+    if client.api == "aio":
+        async def start():
+            return ch.channel.stream_stream(BIDI)(iter([b"a", b"b"]), timeout=2)
+
+        async def outcome(call):
+            got = []
+            if read == "late":
+                try:
+                    async for message in call:
+                        got.append(message)
+                except grpc.aio.AioRpcError:
+                    pass
+            return got, await call.code()
+
+        call = ch.run(start())
+        backend.wait_ended(BIDI, 1)
+        time.sleep(0.2)  # (its status reaches the client a moment after the server's end)
+        got, code = ch.run(outcome(call))
+    else:
+        call = ch.channel.stream_stream(BIDI)(iter([b"a", b"b"]), timeout=2)
+        backend.wait_ended(BIDI, 1)
+        time.sleep(0.2)
+        got = []
+        if read == "late":
+            try:
+                for message in call:
+                    got.append(message)
+            except grpc.RpcError:
+                pass
+        code = call.code()
+    expected = ([b"a"], UNAVAILABLE) if read == "late" else ([], grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert (got, code) == expected
+    assert len(backend.attempts_of(BIDI)) == 1
+
+
 # -- pushback --------------------------------------------------------------------------------------------
 
 
