@@ -48,21 +48,25 @@ async def main(backend):
             code, details = "OK", None
         except grpc.aio.AioRpcError as error:
             code, details = error.code().name, error.details()
-        return code, details, time.monotonic() - started, len(backend.attempts_of(CLIENT_STREAM))
+        return {"code": code, "details": details, "took": time.monotonic() - started,
+                "attempts": len(backend.attempts_of(CLIENT_STREAM)), "logged": logged}
+"""
 
+
+# Each scenario's end: its main(backend) against a fresh backend, what it returns printed with the transport's name.
+_MAIN = """
 backend = Backend()
 try:
-    code, details, took, attempts = asyncio.run(main(backend))
+    out = asyncio.run(main(backend))
 finally:
     backend.stop()
-print(json.dumps({"transport": _transport.NAME, "code": code, "details": details, "took": took,
-                  "attempts": attempts, "logged": logged}))
+print(json.dumps({"transport": _transport.NAME, **out}))
 """
 
 
 def _run(script: str) -> dict:
     # (cwd: not a checkout's root, whose source tree would shadow the installed package)
-    done = subprocess.run([sys.executable, "-c", script, TESTS], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", script + _MAIN, TESTS], capture_output=True, text=True, timeout=120,
                           cwd=TESTS, env={**os.environ, "GRPC_RETRY_TRANSPORT": "portable"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -110,14 +114,7 @@ async def main(backend):
         if left:  # (grpc.aio's own task for the attempt ends a loop turn or two after its status)
             await asyncio.wait(left, timeout=2)
             left = others() - before
-        return code.name, sorted(getattr(task.get_coro(), "__qualname__", "?") for task in left)
-
-backend = Backend()
-try:
-    code, left = asyncio.run(main(backend))
-finally:
-    backend.stop()
-print(json.dumps({"transport": _transport.NAME, "code": code, "left": left}))
+        return {"code": code.name, "left": sorted(getattr(task.get_coro(), "__qualname__", "?") for task in left)}
 """
 
 
@@ -163,15 +160,8 @@ async def main(backend):
                 responses.append(response.decode())
         except grpc.aio.AioRpcError:
             pass
-        return (await call.code()).name, await call.details(), responses, len(backend.attempts_of(BIDI))
-
-backend = Backend()
-try:
-    code, details, responses, attempts = asyncio.run(main(backend))
-finally:
-    backend.stop()
-print(json.dumps({"transport": _transport.NAME, "code": code, "details": details, "responses": responses,
-                  "attempts": attempts}))
+        return {"code": (await call.code()).name, "details": await call.details(), "responses": responses,
+                "attempts": len(backend.attempts_of(BIDI))}
 """
 
 
