@@ -342,16 +342,14 @@ class _Call(CallDriver):
             message = await reading
         except AioRpcError:
             pass
-        finally:
+        finally:  # (also when the reading task is cancelled: the end that waited is told)
             self._reads.discard(n)
-            try:
-                if message is not _EOF and self._winner != n and self._attempts.get(n) is attempt:
-                    self._decide("message", n, monotonic())
-            finally:
-                late = self._late.pop(n, None) if self._late else None
-                if late is not None:
-                    self._ended(n, late, bool(aio_initial_metadata(late)), False)
-                self._wake_readers()
+            if message is not _EOF and self._winner != n and self._attempts.get(n) is attempt:
+                self._decide("message", n, monotonic())
+            late = self._late.pop(n, None) if self._late else None
+            if late is not None:
+                self._ended(n, late, bool(aio_initial_metadata(late)), False)
+            self._wake_readers()
         return message
 
     def _stream_ended(self, n: int, attempt: Any) -> None:
