@@ -194,7 +194,7 @@ class AioAttempt(AioAttemptBase):
                 return
             # else it ended, and grpc.aio failed reading how (a status code it does not know): read below
         if self._status is None and self._stream and self._first is not None:
-            await self._hold_for_first()
+            await self._hold_for_first(self._first)
         if self._status is not None:
             return
         status = self._told
@@ -211,12 +211,10 @@ class AioAttempt(AioAttemptBase):
         self._set_status(status)
         self._end(response)
 
-    async def _hold_for_first(self) -> None:
+    async def _hold_for_first(self, first: asyncio.Task[Any]) -> None:
         """The call ended before the driver read the message the first read took. C-core holds a call's status
         until its messages are read, or its deadline passes: so does the attempt hold its end, until the driver
         reads that message (read()), which commits the call first, as on grpcio."""
-        first = self._first
-        assert first is not None
         if not first.done():
             await asyncio.wait((first,))  # (soon: the call is over)
         if self._first is first and not first.cancelled() and first.exception() is None and first.result() is not EOF:

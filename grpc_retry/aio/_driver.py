@@ -17,7 +17,6 @@ from time import monotonic
 from typing import (
     TYPE_CHECKING,
     Any,
-    Awaitable,
     Callable,
     Dict,
     List,
@@ -324,14 +323,15 @@ class _Call(CallDriver):
             return
         # Empty headers (the machine judges the silence after them): read ahead, as a message commits the call
         # (readers of n wait meanwhile).
-        message = await self._read_ahead(n, attempt, cast(Any, attempt).read())  # (Any: mypy narrows it)
+        message = await self._read_ahead(n, attempt)
         if message is not _EOF and self._winner == n:
             self._peek = message
 
-    async def _read_ahead(self, n: int, attempt: Any, reading: Optional[Awaitable[Any]]) -> Any:
+    async def _read_ahead(self, n: int, attempt: Any) -> Any:
         """Attempt n's next message (EOF once it ended), read before the call committed to it: a message commits
         the call to it. An end the attempt tells meanwhile is told after the read (_stream_ended): C-core ended the
         read first, but the attempt may tell its end on an earlier loop turn than the read's."""
+        reading = attempt.read()
         if reading is None:
             return _EOF
         if self._reads is None:
@@ -490,12 +490,12 @@ class _Call(CallDriver):
                     await self._next_change()
                     continue
                 message, self._peek = self._peek, None
-                if message is None:  # the attempt's next message (_read, inlined: a frame less per message)
+                if message is None and self._winner != n:
+                    message = await self._read_ahead(n, attempt)
+                elif message is None:  # the winner's next message (inlined: a frame less per message)
                     reading = attempt.read()
                     if reading is None:
                         message = _EOF
-                    elif self._winner != n:
-                        message = await self._read_ahead(n, attempt, reading)
                     else:
                         try:
                             message = await reading
