@@ -162,14 +162,16 @@ class _StreamRequest(_Call):
 
     async def _consume(self, request_iterator: Any) -> None:
         try:
+            # As grpc.aio's, one message is taken ahead of the call's metadata: it goes out right after them, and
+            # the next is taken once they went.
             if hasattr(request_iterator, "__aiter__"):
                 async for message in request_iterator:
-                    await self._until_writable()
                     self._queue(message)
+                    await self._until_writable()
             else:
                 for message in request_iterator:
-                    await self._until_writable()
                     self._queue(message)
+                    await self._until_writable()
         except (asyncio.CancelledError, asyncio.InvalidStateError, AioRpcError):
             return  # the call ended: its status tells how
         except Exception:  # as grpc.aio: logged (at DEBUG), and the call cancelled
@@ -201,7 +203,7 @@ class _StreamRequest(_Call):
     async def _until_writable(self) -> None:
         """grpc.aio's writes wait for the call's metadata to go out (a backend picked), and raise the call's error
         if it ends first: the first write of a call that cannot start fails with its status, and a request
-        iterator is not read ahead of the call."""
+        iterator is read no further ahead of the call than its first message."""
         while not self._headers_out and not self._done:
             await self._next_change()
         if self._done:
@@ -288,11 +290,11 @@ async def _any_sent(call: _Call, attempts: Tuple[Any, ...]) -> bool:
     waiters = [call._loop.create_task(attempt.wait_for_connection()) for attempt in attempts]
     for waiter in waiters:
         waiter.add_done_callback(_retrieved)
-    if call._changed is None:
-        call._changed = call._loop.create_future()
+    changed = call._change_waiter()
     try:
-        await asyncio.wait((*waiters, call._changed), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((*waiters, changed), return_when=asyncio.FIRST_COMPLETED)
     finally:
+        changed.cancel()  # (no-op once done)
         for waiter in waiters:
             if not waiter.done():
                 waiter.cancel()

@@ -98,7 +98,7 @@ class _Call(CallDriver):
         self._debug: Optional[str] = None
         self._response: Any = None
         self._waiters: Optional[List[EndWaiter]] = None  # awaiting the end
-        self._changed: Optional[asyncio.Future[None]] = None        # readers awaiting an attempt, a commit or the end
+        self._changed: Optional[List[asyncio.Future[None]]] = None  # readers awaiting an attempt, a commit or the end
         self._callbacks: Optional[List[Callable[[Any], None]]] = None
         self._watchers: Optional[Dict[int, Any]] = None  # watched response streams: each attempt's watcher task
         self._peek: Any = None       # the winner's first message, read before it won
@@ -439,14 +439,24 @@ class _Call(CallDriver):
         changed = self._changed
         if changed is not None:
             self._changed = None
-            if not changed.done():
-                changed.set_result(None)
+            for waiter in changed:
+                if not waiter.done():  # (else cancelled with the task that awaited it)
+                    waiter.set_result(None)
+
+    def _change_waiter(self) -> asyncio.Future[None]:
+        """A future of one waiter's own that the call's next change completes: cancelling the task that awaits
+        it cancels only that wait, and the task wakes a loop turn after the change (a shared future would need
+        a shield: a turn more)."""
+        waiter = self._loop.create_future()
+        if self._changed is None:
+            self._changed = [waiter]
+        else:
+            self._changed.append(waiter)
+        return waiter
 
     async def _next_change(self) -> None:
         """Until an attempt starts, the call commits or ends."""
-        if self._changed is None:
-            self._changed = self._loop.create_future()
-        await asyncio.shield(self._changed)
+        await self._change_waiter()
 
     async def _until_done(self) -> None:
         """Until the call ends. Cancelling the waiting task cancels only this wait."""

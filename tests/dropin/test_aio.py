@@ -202,6 +202,24 @@ async def refusals(make, backend) -> Any:
                 await failing.details(), failing.cancelled())
 
 
+async def request_iterator_reads(make, backend) -> Any:
+    """A request iterator is read as grpc.aio reads it: one message taken while the call's metadata cannot go out
+    (nothing listens), the rest once it went."""
+    taken = []
+
+    def requests(name):
+        for i in range(3):
+            taken.append((name, i))
+            yield b"%d" % i
+
+    async with make(f"127.0.0.1:{free_port(['127.0.0.1'])}") as channel:
+        waiting = channel.stream_unary(CLIENT_STREAM)(requests("waiting"), timeout=0.3, wait_for_ready=True)
+        unsent = (await outcome(waiting))[:2]
+    async with make(backend.target) as channel:
+        answered = await outcome(channel.stream_unary(CLIENT_STREAM)(requests("answered"), timeout=5))
+    return unsent, answered, taken
+
+
 async def time_remaining(make, backend) -> Any:
     async with make(backend.target) as channel:
         call = channel.unary_unary(UNARY)(b"t", timeout=10)
@@ -438,7 +456,7 @@ async def unresolvable_name(make, backend) -> Any:
 
 
 @pytest.mark.parametrize("scenario", [unary_results, streams, cancellation, waking_awaiting_tasks,
-                                      cancelling_blocked_tasks,
+                                      cancelling_blocked_tasks, request_iterator_reads,
                                       deadlines_and_failures, request_streams_past_their_deadline, refusals,
                                       time_remaining, metadata_and_compression, refused_metadata, interceptors,
                                       closing, state_after_close,
