@@ -166,10 +166,14 @@ class _StreamRequest(_Call):
             # the next is taken once they went.
             if hasattr(request_iterator, "__aiter__"):
                 async for message in request_iterator:
+                    if self._done:
+                        return
                     self._queue(message)
                     await self._until_writable()
             else:
                 for message in request_iterator:
+                    if self._done:
+                        return
                     self._queue(message)
                     await self._until_writable()
         except (asyncio.CancelledError, asyncio.InvalidStateError, AioRpcError):
@@ -225,7 +229,9 @@ class _StreamRequest(_Call):
         super()._stop_tasks()
         consumer = self._consumer
         if consumer is not None and not consumer.done() and consumer is not asyncio.current_task():
-            consumer.cancel()
+            # A loop turn later: a reader that has not run yet (the call failed fast) takes its first message
+            # first, as grpc.aio's, which always starts before its call can end.
+            self._loop.call_soon(consumer.cancel)
 
 
 class _UnaryRequest(_Call):

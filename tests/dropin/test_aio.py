@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 import time
 from typing import Any, List
@@ -204,7 +205,8 @@ async def refusals(make, backend) -> Any:
 
 async def request_iterator_reads(make, backend) -> Any:
     """A request iterator is read as grpc.aio reads it: one message taken while the call's metadata cannot go out
-    (nothing listens), the rest once it went."""
+    (nothing listens), or when the call has failed fast, and the rest once they went. Nothing says the iterator
+    failed (grpc_retry logs that at DEBUG)."""
     taken = []
 
     def requests(name):
@@ -212,12 +214,37 @@ async def request_iterator_reads(make, backend) -> Any:
             taken.append((name, i))
             yield b"%d" % i
 
-    async with make(f"127.0.0.1:{free_port(['127.0.0.1'])}") as channel:
-        waiting = channel.stream_unary(CLIENT_STREAM)(requests("waiting"), timeout=0.3, wait_for_ready=True)
-        unsent = (await outcome(waiting))[:2]
-    async with make(backend.target) as channel:
-        answered = await outcome(channel.stream_unary(CLIENT_STREAM)(requests("answered"), timeout=5))
-    return unsent, answered, taken
+    async def more(name):
+        for request in requests(name):
+            yield request
+
+    failures, logger = _IteratorFailures(), logging.getLogger("grpc_retry")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(failures)
+    try:
+        async with make(f"127.0.0.1:{free_port(['127.0.0.1'])}") as channel:
+            waiting = channel.stream_unary(CLIENT_STREAM)(requests("waiting"), timeout=0.3, wait_for_ready=True)
+            unsent = [(await outcome(waiting))[:2]]
+            for name, iterator in (("failing fast", requests), ("failing fast, async", more)):
+                await _until(channel, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+                unsent.append((await outcome(channel.stream_unary(CLIENT_STREAM)(iterator(name), timeout=5)))[:2])
+        async with make(backend.target) as channel:
+            answered = await outcome(channel.stream_unary(CLIENT_STREAM)(requests("answered"), timeout=5))
+    finally:
+        logger.removeHandler(failures)
+        logger.setLevel(level)
+    return unsent, answered, taken, failures.seen
+
+
+class _IteratorFailures(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "iterator failed" in record.getMessage():
+            self.seen.append(record.getMessage())
 
 
 async def time_remaining(make, backend) -> Any:
