@@ -236,6 +236,8 @@ class AioAttempt(AioAttemptBase):
     async def _until_sent(self) -> None:
         """Until the request stream's metadata went out: then `on_sent()`."""
         call = self._call
+        if call is None:
+            return  # it ended first
         try:
             await call.wait_for_connection()
         except AioRpcError:
@@ -315,6 +317,9 @@ class AioAttempt(AioAttemptBase):
                 more.set_result(None)  # (its writer, waiting for a message, sees the end and stops)
         elif not self.sent and sender is not None and sender is not asyncio.current_task():
             sender.cancel()  # (waiting for metadata that will never go out: grpc.aio refused the call)
+        # Ended, it needs its grpc.aio call no more: an ended call the application keeps must not keep the channel
+        # open in C-core after its close, and with it the connection.
+        self._call = None
         self._tell_end(response)
 
     def read(self) -> Optional[Awaitable[Any]]:
@@ -332,8 +337,11 @@ class AioAttempt(AioAttemptBase):
         return self._read()
 
     async def _read(self, first: Optional[asyncio.Task[Any]] = None) -> Any:
+        call = self._call
+        if first is None and call is None:
+            return EOF  # it ended before this read began (grpc.aio's read of an ended call ends the stream)
         try:
-            return await (self._call.read() if first is None else first)
+            return await (call.read() if first is None else first)
         except asyncio.CancelledError:
             # grpc.aio's read of a call cancelled meanwhile (cancel(): the attempt ended) ends as the stream's end;
             # the reading task's own cancellation goes on.
