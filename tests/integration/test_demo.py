@@ -55,10 +55,12 @@ def test_the_figures_are_sane():
     assert retry["success"] >= grpcio["success"] and retry["success"] >= 0.99
     assert retry["retries_to_a_new_backend"] == 1.0
     assert hedging["p99_ms"] < grpcio["p99_ms"] / 2
-    # The budget's row: retries within 20% of the calls. The workload needs ~17%, which a short run's first calls
-    # may exceed for a while (the default 2,000 calls: within 0.5 points of the retry row).
+    # The budget's row: retries at most 20% of the calls, plus the 10 a second its floor lets through whatever the
+    # share (these 300 calls take well under two seconds). The workload needs ~17%, which a short run may exceed
+    # (the default 2,000 calls: within 0.5 points of the retry row).
     budget = rows[_demo.BUDGET]
-    assert budget["success"] >= retry["success"] - 0.05 and budget["attempts_per_call"] < 1.2
+    assert budget["success"] >= retry["success"] - 0.05
+    assert budget["attempts_per_call"] <= 1.2 + 20 / budget["calls"]
     no_policy = rows[_demo.NO_POLICY]
     assert no_policy["attempts_per_call"] == 1.0 and no_policy["failed"] > 0
     assert no_policy["p50_ms"] >= 1.0  # every success waits 1 ms on its backend; the failures answer at once
