@@ -236,8 +236,6 @@ class AioAttempt(AioAttemptBase):
     async def _until_sent(self) -> None:
         """Until the request stream's metadata went out: then `on_sent()`."""
         call = self._call
-        if call is None:
-            return  # it ended first
         try:
             await call.wait_for_connection()
         except AioRpcError:
@@ -337,11 +335,8 @@ class AioAttempt(AioAttemptBase):
         return self._read()
 
     async def _read(self, first: Optional[asyncio.Task[Any]] = None) -> Any:
-        call = self._call
-        if first is None and call is None:
-            return EOF  # it ended before this read began (grpc.aio's read of an ended call ends the stream)
         try:
-            return await (call.read() if first is None else first)
+            return await (self._call.read() if first is None else first)
         except asyncio.CancelledError:
             # grpc.aio's read of a call cancelled meanwhile (cancel(): the attempt ended) ends as the stream's end;
             # the reading task's own cancellation goes on.
