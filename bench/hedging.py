@@ -12,8 +12,8 @@ config delay as its floor), each measured (4,000 calls) after half as many at th
 adaptive delay is measured under the load it learned; then, with one call in flight, the servers' latency
 doubles and the run reports how long the adaptive delay takes to follow.
 
-Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C] [--adaptive
-[--quantile Q] [--max-extra-load L]]
+Prints one JSON object as its last line. Usage: python bench/hedging.py [--calls N] [--concurrency C]
+[--slow-share S] [--adaptive [--quantile Q] [--max-extra-load L]]
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import random
 import time
+from typing import Optional
 
 import grpc
 
@@ -34,13 +36,13 @@ SCALE = f"/{SERVICE}/Scale"
 SLOW_SHARE, SLOW_S, FAST_S = 0.05, 0.100, 0.001
 
 
-def _serve(port_queue) -> None:
+def _serve(port_queue, slow_share: float) -> None:
     async def run():
         servers, attempts, scale = [], [0], [1.0]
 
         async def call(request, context):
             attempts[0] += 1
-            await asyncio.sleep((SLOW_S if random.random() < SLOW_SHARE else FAST_S) * scale[0])
+            await asyncio.sleep((SLOW_S if random.random() < slow_share else FAST_S) * scale[0])
             return request
 
         async def set_scale(request, context):  # every latency times this factor from now on
@@ -66,11 +68,11 @@ def _serve(port_queue) -> None:
     asyncio.run(run())
 
 
-def start_backends():
+def start_backends(slow_share: float = SLOW_SHARE):
     # A fresh interpreter (spawn), not a fork of this one: nothing of the parent's grpcio state is inherited.
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_serve, args=(queue,), daemon=True)
+    process = context.Process(target=_serve, args=(queue, slow_share), daemon=True)
     process.start()
     ports = [queue.get(timeout=30) for _ in range(3)]
     return process, "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports)
@@ -158,11 +160,11 @@ def healthy_p95(latencies_ms) -> float:
     return fast[int(0.95 * len(fast))] / 1000
 
 
-async def run(calls: int, concurrency: int) -> dict:
+async def run(calls: int, concurrency: int, slow_share: float) -> dict:
     import grpc_retry
     import grpc_retry.aio
 
-    process, target = start_backends()
+    process, target = start_backends(slow_share)
     try:
         # Plain grpcio first, at the same concurrency: its healthy p95 becomes the hedging delay.
         plain = grpc.aio.insecure_channel(target, options=[("grpc.service_config", config(None))])
@@ -193,10 +195,20 @@ async def run(calls: int, concurrency: int) -> dict:
 ADAPTIVE = [("grpc_retry.hedging_quantile", 0.95), ("grpc_retry.max_extra_load", 0.05)]
 
 
-async def run_adaptive(calls: int) -> dict:
+def cpu_seconds(pid: int) -> Optional[float]:
+    """A process's CPU time so far (user and system, every thread), where /proc tells it; else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_adaptive(calls: int, slow_share: float) -> dict:
     import grpc_retry.aio
 
-    process, target = start_backends()
+    process, target = start_backends(slow_share)
     try:
         plain = grpc.aio.insecure_channel(target, options=[("grpc.service_config", config(None))])
         _, plain_ms = await measure(plain, target, calls, 1)
@@ -204,14 +216,19 @@ async def run_adaptive(calls: int) -> dict:
         delay_s = healthy_p95(plain_ms)
         hedging = {"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": f"{delay_s:.4f}s",
                                      "nonFatalStatusCodes": ["UNAVAILABLE"]}}
-        result: dict = {"calls": calls, "fixed_delay_ms": round(delay_s * 1000, 2), "adaptive_options": dict(ADAPTIVE)}
+        result: dict = {"calls": calls, "slow_share": slow_share, "fixed_delay_ms": round(delay_s * 1000, 2),
+                        "adaptive_options": dict(ADAPTIVE)}
         for concurrency in (1, 8, 32):
             row = {}
             for name, policy, extra in (("unhedged", None, []), ("fixed", hedging, []),
                                         ("adaptive", hedging, ADAPTIVE)):
                 channel = grpc_retry.aio.insecure_channel(
                     target, options=[("grpc.service_config", config(policy))] + extra)
+                busy, began = cpu_seconds(process.pid), time.monotonic()
                 row[name], _ = await measure(channel, target, calls, concurrency, warmup=calls // 2)
+                after = cpu_seconds(process.pid)
+                if busy is not None and after is not None:  # how much of a core the three backends' process used
+                    row[name]["servers_cores"] = round((after - busy) / (time.monotonic() - began), 2)
                 if extra:
                     stats = channel.retry_stats()[CALL]
                     row[name]["delay_ms"] = round((stats.hedging_delay or 0.0) * 1000, 2)
@@ -290,10 +307,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--quantile", type=float, default=0.95, help="(--adaptive) grpc_retry.hedging_quantile")
     parser.add_argument("--max-extra-load", type=float, default=0.05,
                         help="(--adaptive) grpc_retry.max_extra_load")
+    parser.add_argument("--slow-share", type=float, default=SLOW_SHARE,
+                        help="share of attempts the backends hold 100 ms (0: every answer ~1 ms, the floor any "
+                             "hedging reaches at each load)")
     args = parser.parse_args(argv)
     ADAPTIVE[:] = [("grpc_retry.hedging_quantile", args.quantile), ("grpc_retry.max_extra_load", args.max_extra_load)]
     args.calls = args.calls or (4000 if args.adaptive else 2000)
-    result = asyncio.run(run_adaptive(args.calls) if args.adaptive else run(args.calls, args.concurrency))
+    result = asyncio.run(run_adaptive(args.calls, args.slow_share) if args.adaptive
+                         else run(args.calls, args.concurrency, args.slow_share))
     print(json.dumps(result))
     return result
 
